@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Trains locally: one learner and NUM_ACTORS actor processes on this machine.
+#   ./run_local.sh [ENV] [AGENT] [NUM_ACTORS] [ENVS_PER_ACTOR] [flags...]
+#   ./run_local.sh                       # CartPole with V-trace, stops when solved
+#   ./run_local.sh atari vtrace 2 4      # Pong
+#   ./run_local.sh classic vtrace 2 16 --gin_bindings='VtraceConfig.learning_rate = 1e-3'
+# Flags: --tensorboard, --logdir DIR, --max_seconds S, --target_return R,
+# --num_eval_actors N, --gin_config F, --gin_bindings B (see README.md).
+# First run creates ./.venv and installs dependencies.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+source scripts/setup_env.sh
+exec python -m seed_rl.train "$@"

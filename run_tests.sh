@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Runs the test suite (sets up ./.venv on first use). Extra args go to pytest,
+# e.g. ./run_tests.sh tests/test_vtrace.py -x, or ./run_tests.sh -m slow.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+source scripts/setup_env.sh
+exec python -m pytest -q -p no:cacheprovider "$@"

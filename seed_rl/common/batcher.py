@@ -1,0 +1,142 @@
+"""Dynamic inference batching: run a batch when it is full OR a timeout passed.
+
+SEED RL's C++ op ran inference only when exactly N requests had arrived, which
+stalls whenever actor counts do not divide N. Here a batch runs as soon as the
+pending requests hold `max_batch_size` environments, or the oldest request has
+waited `timeout_s`, whichever comes first. Requests are never split: one
+request is one actor's whole batch of environments.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Generic, List, Optional, Sequence, TypeVar
+
+Request = TypeVar("Request")
+Result = TypeVar("Result")
+
+
+class BatcherStopped(RuntimeError):
+  """Raised to callers whose request cannot be served because of shutdown."""
+
+
+class _Slot(Generic[Result]):
+  __slots__ = ("request", "size", "arrival", "done", "result", "error")
+
+  def __init__(self, request, size: int):
+    self.request = request
+    self.size = size
+    self.arrival = time.monotonic()
+    self.done = threading.Event()
+    self.result = None
+    self.error: Optional[BaseException] = None
+
+
+class DynamicBatcher(Generic[Request, Result]):
+  """Collects requests from many threads and serves them in batches.
+
+  Args:
+    fn: called on the batching thread with a list of requests; returns one
+      result per request, in order. An exception fails every request of that
+      batch (each caller re-raises it) and the batcher keeps serving.
+    max_batch_size: environments per batch that trigger an immediate run.
+    timeout_s: longest time the oldest pending request waits for company.
+    size_fn: environments in one request.
+  """
+
+  def __init__(self, fn: Callable[[List[Request]], Sequence[Result]],
+               max_batch_size: int, timeout_s: float,
+               size_fn: Callable[[Request], int]):
+    if max_batch_size < 1:
+      raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+    if timeout_s < 0:
+      raise ValueError(f"timeout_s must be >= 0, got {timeout_s}")
+    self._fn = fn
+    self._max_batch_size = max_batch_size
+    self._timeout_s = timeout_s
+    self._size_fn = size_fn
+    self._pending: List[_Slot] = []
+    self._pending_size = 0
+    self._cond = threading.Condition()
+    self._stopped = False
+    # Stats read by the learner's logger (a race on these is harmless).
+    self.batches_run = 0
+    self.requests_served = 0
+    self.envs_served = 0
+    self._thread = threading.Thread(target=self._loop, name="inference",
+                                    daemon=True)
+    self._thread.start()
+
+  def __call__(self, request: Request) -> Result:
+    """Blocks until `request` was served; returns its result."""
+    slot = _Slot(request, self._size_fn(request))
+    with self._cond:
+      if self._stopped:
+        raise BatcherStopped("the learner is shutting down")
+      self._pending.append(slot)
+      self._pending_size += slot.size
+      if self._pending_size >= self._max_batch_size or len(self._pending) == 1:
+        self._cond.notify()
+    slot.done.wait()
+    if slot.error is not None:
+      raise slot.error
+    return slot.result
+
+  def _take_batch(self) -> Optional[List[_Slot]]:
+    with self._cond:
+      while True:
+        if self._stopped:
+          return None
+        if self._pending:
+          if self._pending_size >= self._max_batch_size:
+            break
+          wait = self._pending[0].arrival + self._timeout_s - time.monotonic()
+          if wait <= 0:
+            break
+          self._cond.wait(wait)
+        else:
+          self._cond.wait()
+      # Take requests in arrival order up to the batch size (at least one).
+      taken, size = [], 0
+      while self._pending and (not taken or
+                               size + self._pending[0].size <=
+                               self._max_batch_size):
+        slot = self._pending.pop(0)
+        taken.append(slot)
+        size += slot.size
+      self._pending_size -= size
+      return taken
+
+  def _loop(self):
+    while True:
+      slots = self._take_batch()
+      if slots is None:
+        return
+      try:
+        results = self._fn([s.request for s in slots])
+        if len(results) != len(slots):
+          raise RuntimeError(f"batch function returned {len(results)} results "
+                             f"for {len(slots)} requests")
+        for slot, result in zip(slots, results):
+          slot.result = result
+      except BaseException as e:  # pylint: disable=broad-except
+        for slot in slots:
+          slot.error = e
+      self.batches_run += 1
+      self.requests_served += len(slots)
+      self.envs_served += sum(s.size for s in slots)
+      for slot in slots:
+        slot.done.set()
+
+  def stop(self):
+    """Fails pending and future requests with BatcherStopped."""
+    with self._cond:
+      self._stopped = True
+      pending, self._pending = self._pending, []
+      self._pending_size = 0
+      self._cond.notify_all()
+    for slot in pending:
+      slot.error = BatcherStopped("the learner is shutting down")
+      slot.done.set()
+    self._thread.join(timeout=10)

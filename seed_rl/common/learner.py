@@ -1,0 +1,332 @@
+"""The learner runtime: batched inference for every env, unrolls, training.
+
+One process serves all actors. gRPC stream threads hand each actor's
+StepBatch to a DynamicBatcher; its thread (`_infer`) updates per-env state,
+runs one `agent.act` for the whole batch, assembles unrolls and hands
+completed ones to the agent (which may block: back-pressure on the actors).
+A training thread loops `agent.train_step()` concurrently, so inference
+always uses the latest weights; the gap is logged as `perf/policy_lag`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Dict, List, Optional
+
+import gin
+import numpy as np
+
+from seed_rl.common import metrics as metrics_lib
+from seed_rl.common.agent_api import ActInputs, Agent, Unroll
+from seed_rl.common.batcher import DynamicBatcher
+from seed_rl.common.env_state import EnvStateTable
+from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.common.unroll_store import UnrollStore
+
+
+@gin.configurable
+@dataclasses.dataclass
+class LearnerConfig:
+  """Runtime settings (units in the names).
+
+  inference_batch_size: envs per inference call that trigger it at once;
+    None means every training and eval env (one call per "tick" of all
+    actors). Smaller values lower latency when actors are out of step.
+  batch_timeout_ms: longest wait of a pending request for a fuller batch.
+  frame_stack: observations stacked on the learner (4 for Atari frames).
+  checkpoint_every_s: seconds between checkpoints (also saved at shutdown).
+  log_every_s: seconds between TensorBoard writes and console lines.
+  target_return: stop (if stop_at_target) once the mean return of the last
+    100 training episodes reaches it; None never stops on return.
+  max_env_steps / max_learner_steps / max_seconds: other stop conditions.
+  """
+
+  inference_batch_size: Optional[int] = None
+  batch_timeout_ms: float = 2.0
+  frame_stack: int = 1
+  checkpoint_every_s: float = 600.0
+  log_every_s: float = 5.0
+  target_return: Optional[float] = None
+  stop_at_target: bool = True
+  max_env_steps: Optional[int] = None
+  max_learner_steps: Optional[int] = None
+  max_seconds: Optional[float] = None
+
+  def __post_init__(self):
+    if self.inference_batch_size is not None and self.inference_batch_size < 1:
+      raise ValueError("LearnerConfig.inference_batch_size must be >= 1 or "
+                       f"None (all envs), got {self.inference_batch_size}")
+    if self.batch_timeout_ms < 0:
+      raise ValueError("LearnerConfig.batch_timeout_ms must be >= 0, got "
+                       f"{self.batch_timeout_ms}")
+    if self.frame_stack < 1:
+      raise ValueError(f"LearnerConfig.frame_stack must be >= 1, got "
+                       f"{self.frame_stack}")
+    for name in ("checkpoint_every_s", "log_every_s"):
+      if getattr(self, name) <= 0:
+        raise ValueError(f"LearnerConfig.{name} must be > 0")
+
+
+class Learner:
+  """Serves inference to actors (as the gRPC handler) and trains `agent`.
+
+  Env ids [0, num_train_envs) train; [num_train_envs, num_envs) are
+  evaluation envs: the agent acts deterministically there, their episodes are
+  logged under `eval/` and they produce no unrolls.
+  """
+
+  def __init__(self, agent: Agent, wire_observation_spec: ArraySpec,
+               action_spec: ArraySpec, num_train_envs: int,
+               num_eval_envs: int = 0,
+               config: Optional[LearnerConfig] = None,
+               checkpointer=None, summary_writer=None):
+    self.agent = agent
+    self.config = config or LearnerConfig()
+    self.num_train_envs = num_train_envs
+    self.num_envs = num_train_envs + num_eval_envs
+    self.action_spec = action_spec
+    self.state = EnvStateTable(self.num_envs, wire_observation_spec,
+                               action_spec, agent.initial_core_state,
+                               self.config.frame_stack)
+    self.unrolls = UnrollStore(self.num_envs, agent.unroll_length + 1,
+                               agent.unroll_overlap)
+    self.episodes = metrics_lib.EpisodeTracker()
+    self._checkpointer = checkpointer
+    self._writer = summary_writer
+    self._metrics = metrics_lib.ScalarAccumulator()
+    self._metrics_lock = threading.Lock()
+    self._stop = threading.Event()
+    self._train_error: Optional[BaseException] = None
+    self.env_steps = checkpointer.env_steps if checkpointer else 0
+    self._act_seconds = 0.0
+    self._infer_seconds = 0.0
+    batch_size = self.config.inference_batch_size or self.num_envs
+    self._batcher = DynamicBatcher(self._infer, batch_size,
+                                   self.config.batch_timeout_ms / 1000.0,
+                                   size_fn=lambda b: b.num_envs)
+
+  # ----------------------------------------------------------- inference --
+  def step(self, batch: StepBatch) -> np.ndarray:
+    """gRPC handler entry point (any stream thread); blocks for actions."""
+    return self._batcher(batch)
+
+  def on_disconnect(self, first_env_id: int, num_envs: int) -> None:
+    """An actor's stream ended: its partial unrolls stay until a new run id
+    shows up (a reconnecting actor with the same run ids just continues)."""
+    del first_env_id, num_envs
+
+  def _infer(self, batches: List[StepBatch]) -> List[np.ndarray]:
+    t0 = time.perf_counter()
+    if len(batches) == 1:
+      b = batches[0]
+      env_ids, run_ids, reward = b.env_ids, b.run_ids, b.reward
+      terminated, truncated = b.terminated, b.truncated
+      frames, final_frames = b.observation, b.final_observation
+    else:
+      cat = lambda f: np.concatenate([getattr(b, f) for b in batches])
+      env_ids, run_ids, reward = cat("env_ids"), cat("run_ids"), cat("reward")
+      terminated, truncated = cat("terminated"), cat("truncated")
+      frames, final_frames = cat("observation"), cat("final_observation")
+    size = env_ids.shape[0]
+    st = self.state
+
+    restarted = st.refresh_run_ids(env_ids, run_ids)
+    if restarted.any():
+      st.reset(env_ids[restarted])
+      self.unrolls.reset(env_ids[restarted])
+    # The final observation of a truncated episode is valued with the state
+    # of the episode it ends, before that state is reset below.
+    final_ids = env_ids[truncated]
+    if final_ids.size:
+      final_core, final_prev = st.gather(final_ids)
+      final_obs = st.stacked(final_ids, final_frames, commit=False)
+    new_episode = terminated | truncated | restarted
+    st.reset(env_ids[new_episode & ~restarted])
+    core, prev_action = st.gather(env_ids)
+    observation = st.stacked(env_ids, frames)
+    eval_mask = env_ids >= self.num_train_envs
+
+    inputs = ActInputs(env_ids=env_ids, observation=observation,
+                       prev_action=prev_action, reward=reward,
+                       done=new_episode, core_state=core, eval_mask=eval_mask)
+    if final_ids.size:
+      inputs = ActInputs(
+          env_ids=np.concatenate([env_ids, final_ids]),
+          observation=np.concatenate([observation, final_obs]),
+          prev_action=np.concatenate([prev_action, final_prev]),
+          reward=np.concatenate([reward, reward[truncated]]),
+          done=np.concatenate([new_episode, np.zeros(final_ids.size, bool)]),
+          core_state=tuple(np.concatenate([c, f])
+                           for c, f in zip(core, final_core)),
+          eval_mask=np.concatenate([eval_mask, eval_mask[truncated]]))
+    t_act = time.perf_counter()
+    out = self.agent.act(inputs)
+    self._act_seconds += time.perf_counter() - t_act
+    action = np.asarray(out.action[:size], self.action_spec.dtype)
+    value = np.asarray(out.value, np.float32)
+    bootstrap_value = np.zeros(size, np.float32)
+    bootstrap_value[truncated] = value[size:]
+    st.scatter(env_ids, tuple(c[:size] for c in out.core_state), action)
+
+    for b in batches:
+      prefix = ("eval" if b.num_envs and b.env_ids[0] >= self.num_train_envs
+                else "episode")
+      self.episodes.add(b.episode_return, b.episode_length, prefix)
+
+    train = ~eval_mask
+    num_train = int(train.sum())
+    self.env_steps += num_train
+    if num_train:
+      step = {"observation": observation, "reward": reward,
+              "terminated": terminated, "truncated": truncated,
+              "bootstrap_value": bootstrap_value, "prev_action": prev_action,
+              "action": action, "value": value[:size],
+              "policy_version": np.full(size, self._policy_version(),
+                                        np.int64)}
+      for i, c in enumerate(core):
+        step[f"core_state/{i}"] = c
+      for name, extra in out.extras.items():
+        step[f"extras/{name}"] = np.asarray(extra)[:size]
+      train_ids = env_ids
+      if num_train < size:
+        train_ids = env_ids[train]
+        step = {k: v[train] for k, v in step.items()}
+      completed = self.unrolls.append(train_ids, step)
+      if completed is not None:
+        self.agent.add_unrolls(_to_unroll(completed, len(core)))
+
+    self._infer_seconds += time.perf_counter() - t0
+    if len(batches) == 1:
+      return [action]
+    return np.split(action, np.cumsum([b.num_envs for b in batches])[:-1])
+
+  def _policy_version(self) -> int:
+    return int(self.agent.step_counter.numpy())
+
+  # ------------------------------------------------------------ training --
+  def _train_loop(self) -> None:
+    last_ckpt = time.monotonic()
+    try:
+      while not self._stop.is_set():
+        step_metrics = self.agent.train_step()
+        if not step_metrics:  # stopped while waiting for data
+          continue
+        with self._metrics_lock:
+          self._metrics.add(step_metrics)
+        if (self._checkpointer and time.monotonic() - last_ckpt >=
+            self.config.checkpoint_every_s):
+          self._save()
+          last_ckpt = time.monotonic()
+    except BaseException as e:  # pylint: disable=broad-except
+      self._train_error = e
+      self._stop.set()
+
+  def _save(self) -> None:
+    if self._checkpointer:
+      self._checkpointer.save(self.env_steps)
+
+  def run(self, stop_event: Optional[threading.Event] = None) -> str:
+    """Trains until a stop condition; returns why it stopped.
+
+    The calling thread logs; training runs on its own thread; inference
+    happens on the batcher's thread as actors call in.
+    """
+    cfg = self.config
+    stop_event = stop_event or threading.Event()
+    trainer = threading.Thread(target=self._train_loop, name="training",
+                               daemon=True)
+    trainer.start()
+    start = time.monotonic()
+    last_t, last_steps, last_batches, last_envs = start, self.env_steps, 0, 0
+    last_act = last_infer = 0.0
+    reason = "stopped"
+    while True:
+      stopped = stop_event.wait(cfg.log_every_s) or self._stop.is_set()
+      now = time.monotonic()
+      dt = max(now - last_t, 1e-9)
+      learner_steps = self._policy_version()
+      steps_per_s = (self.env_steps - last_steps) / dt
+      batches = self._batcher.batches_run - last_batches
+      envs = self._batcher.envs_served - last_envs
+      with self._metrics_lock:
+        scalars = self._metrics.drain()
+      lag = scalars.get("perf/policy_lag")
+      scalars.update(self.episodes.drain())
+      scalars["perf/env_steps_per_s"] = steps_per_s
+      scalars["perf/env_steps"] = self.env_steps
+      if batches:
+        scalars["perf/inference_batch_size"] = envs / batches
+        scalars["perf/inference_ms"] = (
+            1e3 * (self._infer_seconds - last_infer) / batches)
+        scalars["perf/act_ms"] = 1e3 * (self._act_seconds - last_act) / batches
+      if self._writer:
+        self._writer.write(learner_steps, scalars)
+      recent = self.episodes.recent_mean()
+      extra = {}
+      if lag is not None:
+        extra["perf/policy_lag"] = lag
+      if "loss/total" in scalars:
+        extra["loss/total"] = scalars["loss/total"]
+      metrics_lib.log(metrics_lib.progress_line(
+          now - start, learner_steps, self.env_steps, steps_per_s, recent,
+          self.episodes.episodes, extra))
+      last_t, last_steps = now, self.env_steps
+      last_batches = self._batcher.batches_run
+      last_envs = self._batcher.envs_served
+      last_act, last_infer = self._act_seconds, self._infer_seconds
+
+      if self._train_error is not None:
+        reason = f"training failed: {self._train_error!r}"
+        break
+      if stopped:
+        break
+      if (cfg.target_return is not None and self.episodes.full_window() and
+          recent >= cfg.target_return):
+        metrics_lib.log(
+            f"SOLVED: mean return {recent:.1f} over the last "
+            f"{self.episodes.window} episodes >= target {cfg.target_return:g}"
+            f" after {now - start:.1f} s, {self.env_steps:,d} env steps, "
+            f"{learner_steps} learner steps")
+        if cfg.stop_at_target:
+          reason = "target reached"
+          break
+      if cfg.max_env_steps and self.env_steps >= cfg.max_env_steps:
+        reason = f"max_env_steps {cfg.max_env_steps} reached"
+        break
+      if cfg.max_learner_steps and learner_steps >= cfg.max_learner_steps:
+        reason = f"max_learner_steps {cfg.max_learner_steps} reached"
+        break
+      if cfg.max_seconds and now - start >= cfg.max_seconds:
+        reason = f"max_seconds {cfg.max_seconds:g} reached"
+        break
+    self.shutdown(trainer)
+    if self._train_error is not None:
+      raise RuntimeError("the training thread failed") from self._train_error
+    return reason
+
+  def shutdown(self, trainer: Optional[threading.Thread] = None) -> None:
+    """Stops inference and training, then writes a final checkpoint."""
+    self._stop.set()
+    self.agent.stop()
+    self._batcher.stop()
+    if trainer is not None:
+      trainer.join(timeout=60)
+    if self._train_error is None:
+      self._save()
+    if self._writer:
+      self._writer.close()
+
+
+def _to_unroll(rows: Dict[str, np.ndarray], num_core: int) -> Unroll:
+  extras = {k[len("extras/"):]: v for k, v in rows.items()
+            if k.startswith("extras/")}
+  return Unroll(
+      env_ids=rows["env_ids"], observation=rows["observation"],
+      reward=rows["reward"], terminated=rows["terminated"],
+      truncated=rows["truncated"], bootstrap_value=rows["bootstrap_value"],
+      prev_action=rows["prev_action"], action=rows["action"],
+      value=rows["value"], extras=extras,
+      core_state=tuple(rows[f"core_state/{i}"][:, 0] for i in range(num_core)),
+      policy_version=rows["policy_version"])

@@ -1,0 +1,111 @@
+"""Metrics: TensorBoard scalars and a one-line console progress report."""
+
+from __future__ import annotations
+
+import collections
+import math
+import sys
+import threading
+import time
+from typing import Dict, Mapping, Optional
+
+import numpy as np
+
+
+class EpisodeTracker:
+  """Returns and lengths of finished episodes (thread-safe).
+
+  `recent_mean` is the mean return of the last `window` training episodes,
+  the criterion the launcher's --target_return checks (CartPole's 'solved').
+  """
+
+  def __init__(self, window: int = 100):
+    self.window = window
+    self._lock = threading.Lock()
+    self._recent = collections.deque(maxlen=window)
+    self._pending = collections.defaultdict(list)
+    self.episodes = 0
+
+  def add(self, returns: np.ndarray, lengths: np.ndarray, prefix: str) -> None:
+    if returns.size == 0:
+      return
+    with self._lock:
+      self._pending[f"{prefix}/return"].extend(returns.tolist())
+      self._pending[f"{prefix}/length"].extend(lengths.tolist())
+      if prefix == "episode":
+        self._recent.extend(returns.tolist())
+        self.episodes += returns.size
+
+  def recent_mean(self) -> Optional[float]:
+    with self._lock:
+      if not self._recent:
+        return None
+      return float(np.mean(self._recent))
+
+  def full_window(self) -> bool:
+    with self._lock:
+      return len(self._recent) >= self.window
+
+  def drain(self) -> Dict[str, float]:
+    """Means of what was added since the last drain."""
+    with self._lock:
+      pending, self._pending = self._pending, collections.defaultdict(list)
+    return {k: float(np.mean(v)) for k, v in pending.items()}
+
+
+class ScalarAccumulator:
+  """Averages metric dicts between two log writes (training thread only)."""
+
+  def __init__(self):
+    self._sums = collections.defaultdict(float)
+    self._counts = collections.defaultdict(int)
+
+  def add(self, metrics: Mapping[str, float]) -> None:
+    for k, v in metrics.items():
+      v = float(v)
+      if math.isfinite(v):
+        self._sums[k] += v
+        self._counts[k] += 1
+
+  def drain(self) -> Dict[str, float]:
+    out = {k: self._sums[k] / self._counts[k] for k in self._sums}
+    self._sums.clear()
+    self._counts.clear()
+    return out
+
+
+class SummaryWriter:
+  """TensorBoard event files; imports TensorFlow lazily (learner only)."""
+
+  def __init__(self, logdir: str):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    self._tf = tf
+    self._writer = tf.summary.create_file_writer(logdir)
+
+  def write(self, step: int, scalars: Mapping[str, float]) -> None:
+    with self._writer.as_default(step=step):
+      for name, value in sorted(scalars.items()):
+        self._tf.summary.scalar(name, value)
+    self._writer.flush()
+
+  def close(self) -> None:
+    self._writer.close()
+
+
+def progress_line(elapsed_s: float, learner_steps: int, env_steps: int,
+                  env_steps_per_s: float, recent_return: Optional[float],
+                  episodes: int, extra: Mapping[str, float]) -> str:
+  ret = "n/a" if recent_return is None else f"{recent_return:8.1f}"
+  parts = [f"[learner {elapsed_s:6.0f}s]", f"step {learner_steps:7d}",
+           f"env steps {env_steps:10,d} ({env_steps_per_s:7,.0f}/s)",
+           f"return(last100) {ret}", f"episodes {episodes:6d}"]
+  parts += [f"{k.split('/')[-1]} {v:.3g}" for k, v in extra.items()]
+  return " | ".join(parts)
+
+
+def log(msg: str) -> None:
+  print(msg, file=sys.stdout, flush=True)
+
+
+def now() -> float:
+  return time.monotonic()

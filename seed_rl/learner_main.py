@@ -1,0 +1,135 @@
+"""The learner process: `python -m seed_rl.learner_main --env E --agent A ...`.
+
+Usually started by `python -m seed_rl.train` (./run_local.sh), which also
+starts the actors; on a cluster, run it alone and point actors at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import signal
+import sys
+import threading
+
+from seed_rl import gin_utils
+from seed_rl import registry
+
+
+def build_parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python -m seed_rl.learner_main",
+                              description=__doc__)
+  p.add_argument("--env", default="classic", help="one of: " +
+                 ", ".join(registry.ENVS))
+  p.add_argument("--agent", default="vtrace", help="one of: " +
+                 ", ".join(registry.AGENTS))
+  p.add_argument("--num_actors", type=int, default=2)
+  p.add_argument("--envs_per_actor", type=int, default=16)
+  p.add_argument("--num_eval_actors", type=int, default=0,
+                 help="extra actors (ids after the training ones) whose envs "
+                 "act deterministically and are logged under eval/")
+  p.add_argument("--logdir", default=None,
+                 help="default: runs/<env>-<agent>; resumes if it holds "
+                 "checkpoints")
+  p.add_argument("--server_address", default="localhost:8686")
+  p.add_argument("--gin_config", action="append", default=[],
+                 help="extra gin files, after seed_rl/<env>/gin/<agent>.gin")
+  p.add_argument("--gin_bindings", action="append", default=[],
+                 help="e.g. 'VtraceConfig.learning_rate = 1e-3'")
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--target_return", type=float, default=None)
+  p.add_argument("--max_env_steps", type=int, default=None)
+  p.add_argument("--max_learner_steps", type=int, default=None)
+  p.add_argument("--max_seconds", type=float, default=None)
+  return p
+
+
+def main(argv=None) -> int:
+  args = build_parser().parse_args(argv)
+  try:
+    registry.check_pair(args.env, args.agent)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if args.num_actors < 1 or args.envs_per_actor < 1:
+    print("error: --num_actors and --envs_per_actor must be >= 1",
+          file=sys.stderr)
+    return 2
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  # TensorFlow and the agent modules load only now (slow imports).
+  import importlib  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
+  from seed_rl.common.checkpoints import Checkpointer  # pylint: disable=g-import-not-at-top
+  from seed_rl.common.env_state import stacked_observation_spec  # pylint: disable=g-import-not-at-top
+  from seed_rl.grpc.server import LearnerServer  # pylint: disable=g-import-not-at-top
+
+  env_module = registry.env_module(args.env)
+  agent_module = registry.agent_module(args.agent)
+  for name in registry.LEARNER_GIN_MODULES:
+    importlib.import_module(name)
+  try:
+    gin_utils.parse([registry.gin_file(args.env, args.agent)] +
+                    args.gin_config, args.gin_bindings)
+    config = learner_lib.LearnerConfig()
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  overrides = {k: getattr(args, k) for k in
+               ("target_return", "max_env_steps", "max_learner_steps",
+                "max_seconds") if getattr(args, k) is not None}
+  config = dataclasses.replace(config, **overrides)
+
+  tf.random.set_seed(args.seed)
+  probe = env_module.create_environment(num_envs=1, seed=args.seed)
+  observation_spec, action_spec = probe.observation_spec, probe.action_spec
+  probe.close()
+  num_train_envs = args.num_actors * args.envs_per_actor
+  num_envs = num_train_envs + args.num_eval_actors * args.envs_per_actor
+  try:
+    agent = agent_module.create_agent(
+        stacked_observation_spec(observation_spec, config.frame_stack),
+        action_spec, num_train_envs)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+
+  logdir = args.logdir or os.path.join("runs", f"{args.env}-{args.agent}")
+  checkpointer = Checkpointer(os.path.join(logdir, "checkpoints"),
+                              agent.checkpoint_objects())
+  restored = checkpointer.restore()
+  if restored:
+    metrics.log(f"[learner] resumed from {restored}: learner step "
+                f"{int(agent.step_counter.numpy())}, env steps "
+                f"{checkpointer.env_steps:,d} (use another --logdir to start "
+                "fresh)")
+  gin_utils.write_operative_config(logdir)
+  writer = metrics.SummaryWriter(logdir)
+  learner = learner_lib.Learner(agent, observation_spec, action_spec,
+                                num_train_envs,
+                                num_envs - num_train_envs, config,
+                                checkpointer, writer)
+  server = LearnerServer(args.server_address, observation_spec, action_spec,
+                         num_envs, learner)
+  port = server.start()
+  metrics.log(f"[learner] {args.env}/{args.agent}: serving {num_envs} envs "
+              f"({args.num_actors} actors x {args.envs_per_actor}"
+              f"{f' + {args.num_eval_actors} eval actors' if args.num_eval_actors else ''})"
+              f" on port {port}; logdir {logdir}")
+  stop = threading.Event()
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda *_: stop.set())
+  try:
+    reason = learner.run(stop)
+  finally:
+    server.stop(0)
+  gin_utils.write_operative_config(logdir)
+  metrics.log(f"[learner] finished ({reason}); checkpoint in "
+              f"{checkpointer.directory}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

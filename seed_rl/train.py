@@ -1,0 +1,170 @@
+"""Local launcher: one learner and N actor processes on this machine.
+
+    python -m seed_rl.train [ENV] [AGENT] [NUM_ACTORS] [ENVS_PER_ACTOR] [flags]
+
+(./run_local.sh sets up the virtual environment and calls this.) Flags it
+does not know go to the learner (e.g. --gin_bindings, --logdir,
+--max_seconds); --gin_config/--gin_bindings also go to the actors, which
+ignore bindings meant for the learner. Ctrl-C, SIGTERM or the learner's exit
+stops every process it started; children also die if this process is killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import List
+
+from seed_rl import registry
+
+DEFAULTS = {  # what `./run_local.sh` with no arguments runs
+    "env": "classic", "agent": "vtrace", "num_actors": 2, "envs_per_actor": 16,
+}
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _die_with_parent():
+  """preexec_fn: the kernel sends SIGTERM to the child if we die (Linux)."""
+  try:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+  except OSError:
+    pass
+
+
+def _forwarded(extra: List[str], names) -> List[str]:
+  """The `--name value` / `--name=value` pairs of `extra` for `names`."""
+  out, i = [], 0
+  while i < len(extra):
+    arg = extra[i]
+    key = arg.split("=", 1)[0]
+    if key in names:
+      if "=" in arg:
+        out.append(arg)
+      elif i + 1 < len(extra):
+        out += [arg, extra[i + 1]]
+        i += 1
+    i += 1
+  return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python -m seed_rl.train",
+                              description=__doc__,
+                              formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("env", nargs="?", default=DEFAULTS["env"],
+                 help=f"one of {', '.join(registry.ENVS)}")
+  p.add_argument("agent", nargs="?", default=DEFAULTS["agent"],
+                 help=f"one of {', '.join(registry.AGENTS)}")
+  p.add_argument("num_actors", nargs="?", type=int,
+                 default=DEFAULTS["num_actors"])
+  p.add_argument("envs_per_actor", nargs="?", type=int,
+                 default=DEFAULTS["envs_per_actor"])
+  p.add_argument("--num_eval_actors", type=int, default=0)
+  p.add_argument("--tensorboard", action="store_true",
+                 help="also start TensorBoard on --tensorboard_port")
+  p.add_argument("--tensorboard_port", type=int, default=6006)
+  p.add_argument("--port", type=int, default=0, help="0 picks a free port")
+  p.add_argument("--seed", type=int, default=0)
+  return p
+
+
+def main(argv=None) -> int:
+  args, extra = build_parser().parse_known_args(argv)
+  try:
+    registry.check_pair(args.env, args.agent)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if args.num_actors < 1 or args.envs_per_actor < 1:
+    print("error: NUM_ACTORS and ENVS_PER_ACTOR must be >= 1", file=sys.stderr)
+    return 2
+  port = args.port or _free_port()
+  address = f"localhost:{port}"
+  py = sys.executable
+  gin_args = ["--gin_config", registry.gin_file(args.env, args.agent)]
+  gin_args += _forwarded(extra, ("--gin_config", "--gin_bindings"))
+  learner_cmd = [py, "-m", "seed_rl.learner_main", "--env", args.env,
+                 "--agent", args.agent, "--num_actors", str(args.num_actors),
+                 "--envs_per_actor", str(args.envs_per_actor),
+                 "--num_eval_actors", str(args.num_eval_actors),
+                 "--server_address", f"[::]:{port}", "--seed",
+                 str(args.seed)] + extra
+  procs = []
+
+  def spawn(cmd, name):
+    procs.append((name, subprocess.Popen(cmd, preexec_fn=_die_with_parent)))
+
+  stopping = []
+
+  def on_signal(signum, _):
+    stopping.append(signum)
+
+  signal.signal(signal.SIGINT, on_signal)
+  signal.signal(signal.SIGTERM, on_signal)
+  spawn(learner_cmd, "learner")
+  for i in range(args.num_actors + args.num_eval_actors):
+    spawn([py, "-m", "seed_rl.actors.main", "--env", args.env,
+           "--actor_id", str(i), "--num_envs", str(args.envs_per_actor),
+           "--server_address", address, "--seed", str(args.seed)] + gin_args,
+          f"actor {i}")
+  if args.tensorboard:
+    logdir = _forwarded(extra, ("--logdir",))
+    logdir = (logdir[-1].split("=", 1)[-1] if logdir else
+              os.path.join("runs", f"{args.env}-{args.agent}"))
+    spawn([py, "-m", "tensorboard.main", "--logdir", logdir, "--port",
+           str(args.tensorboard_port)], "tensorboard")
+    print(f"[launcher] TensorBoard: http://localhost:{args.tensorboard_port}",
+          flush=True)
+
+  learner = procs[0][1]
+  code = None
+  try:
+    while not stopping:
+      code = learner.poll()
+      if code is not None:
+        break
+      for name, proc in procs[1:]:
+        rc = proc.poll()
+        if rc not in (None, 0) and name.startswith("actor"):
+          print(f"[launcher] {name} exited with code {rc}; stopping",
+                file=sys.stderr, flush=True)
+          stopping.append(rc)
+          break
+      time.sleep(0.2)
+  finally:
+    _stop_all(procs)
+  if code is None:
+    code = learner.returncode if learner.returncode is not None else 1
+    if stopping and stopping[0] in (signal.SIGINT, signal.SIGTERM):
+      code = 0 if learner.returncode in (0, -signal.SIGTERM) else code
+  return code
+
+
+def _stop_all(procs) -> None:
+  """SIGTERM the learner first (it saves a checkpoint), then the rest."""
+  for _, proc in procs:
+    if proc.poll() is None:
+      proc.send_signal(signal.SIGTERM)
+  deadline = time.monotonic() + 30
+  for _, proc in procs:
+    try:
+      proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait()
+
+
+if __name__ == "__main__":
+  sys.exit(main())

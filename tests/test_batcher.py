@@ -1,0 +1,112 @@
+"""Dynamic batching: full-or-timeout, no stalls when sizes do not divide."""
+
+import threading
+import time
+
+import pytest
+
+from seed_rl.common.batcher import BatcherStopped, DynamicBatcher
+
+
+def _run_clients(batcher, num_clients, calls, size):
+  results, errors = {}, []
+
+  def client(i):
+    try:
+      for c in range(calls):
+        results[(i, c)] = batcher((i, c, size))
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=client, args=(i,)) for i in
+             range(num_clients)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=20)
+  assert not any(t.is_alive() for t in threads), "a client stalled"
+  assert not errors, errors
+  return results
+
+
+def test_three_actors_batch_four_never_stalls():
+  """3 actors x 1 env with batch size 4: only the timeout can release them."""
+  seen_sizes = []
+
+  def fn(requests):
+    seen_sizes.append(sum(r[2] for r in requests))
+    return [(r[0], r[1]) for r in requests]
+
+  batcher = DynamicBatcher(fn, max_batch_size=4, timeout_s=0.005,
+                           size_fn=lambda r: r[2])
+  start = time.monotonic()
+  results = _run_clients(batcher, num_clients=3, calls=50, size=1)
+  batcher.stop()
+  assert len(results) == 150
+  assert all(v == k for k, v in results.items())  # each got its own answer
+  assert max(seen_sizes) <= 4
+  assert time.monotonic() - start < 10
+
+
+def test_full_batch_runs_without_waiting_for_timeout():
+  calls = []
+  batcher = DynamicBatcher(lambda rs: calls.append(len(rs)) or rs,
+                           max_batch_size=2, timeout_s=30.0,
+                           size_fn=lambda r: r[2])
+  start = time.monotonic()
+  _run_clients(batcher, num_clients=2, calls=20, size=1)
+  batcher.stop()
+  # With a 30 s timeout, finishing fast proves full batches ran at once.
+  assert time.monotonic() - start < 5
+  assert 2 in calls
+
+
+def test_requests_larger_than_batch_are_served_alone():
+  batcher = DynamicBatcher(lambda rs: [r[2] for r in rs], max_batch_size=4,
+                           timeout_s=0.001, size_fn=lambda r: r[2])
+  assert batcher((0, 0, 9)) == 9
+  batcher.stop()
+
+
+def test_error_fails_only_that_batch():
+  def fn(requests):
+    if any(r[0] == "bad" for r in requests):
+      raise ValueError("bad request")
+    return [r[0] for r in requests]
+
+  batcher = DynamicBatcher(fn, max_batch_size=1, timeout_s=0.001,
+                           size_fn=lambda r: 1)
+  with pytest.raises(ValueError, match="bad request"):
+    batcher(("bad", 0, 1))
+  assert batcher(("good", 0, 1)) == "good"
+  batcher.stop()
+
+
+def test_stop_releases_waiting_callers():
+  gate = threading.Event()
+
+  def fn(requests):
+    gate.wait(5)
+    return [None] * len(requests)
+
+  batcher = DynamicBatcher(fn, max_batch_size=1, timeout_s=0.0,
+                           size_fn=lambda r: 1)
+  errors = []
+
+  def call():
+    try:
+      batcher(1)
+    except BatcherStopped as e:
+      errors.append(e)
+
+  threads = [threading.Thread(target=call) for _ in range(3)]
+  for t in threads:
+    t.start()
+  time.sleep(0.2)
+  gate.set()
+  batcher.stop()
+  for t in threads:
+    t.join(timeout=5)
+  assert not any(t.is_alive() for t in threads)
+  with pytest.raises(BatcherStopped):
+    batcher(1)
