@@ -1,0 +1,178 @@
+"""The actor loop: step K envs, stream observations, apply learner actions.
+
+No TensorFlow here: all inference happens on the learner (SEED RL). Per
+iteration the actor sends one StepBatch (the outcome of the previous actions)
+and receives the next actions for all K envs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from seed_rl.actors.batched_env import BatchedEnv
+from seed_rl.actors.batched_env import EpisodeTracker
+from seed_rl.common.specs import ArraySpec
+from seed_rl.common.specs import StepBatch
+from seed_rl.grpc.client import ActorClient
+
+EnvFactory = Callable[[int, int], BatchedEnv]  # (num_envs, seed) -> env
+ClientFactory = Callable[..., Any]  # ActorClient's constructor signature
+
+
+@dataclasses.dataclass
+class ActorSummary:
+  """What one run_actor call did.
+
+  steps: batched steps (each steps all K envs).
+  env_steps: steps * K.
+  episodes: episodes finished.
+  mean_return: mean raw return of the finished episodes (nan if none).
+  """
+
+  steps: int
+  env_steps: int
+  episodes: int
+  mean_return: float
+
+
+def check_actions(actions: Any, spec: ArraySpec, num_envs: int) -> None:
+  """Raises ValueError unless `actions` fit `spec` for `num_envs` envs.
+
+  Checks type, dtype and shape, the range [0, num_values) of discrete
+  actions and finiteness of continuous ones (bounds are enforced by clipping
+  in the env, see EnvRunner).
+  """
+  if not isinstance(actions, np.ndarray):
+    raise ValueError(f"learner actions: expected a numpy array, got "
+                     f"{type(actions).__name__}")
+  spec.check_batch(actions, num_envs, "learner actions")
+  if spec.is_discrete:
+    if actions.size and (actions.min() < 0 or
+                         actions.max() >= spec.num_values):
+      bad = actions[(actions < 0) | (actions >= spec.num_values)]
+      raise ValueError(f"learner actions: values {bad.tolist()[:8]} outside "
+                       f"[0, {spec.num_values}) of the discrete action spec")
+  elif np.issubdtype(actions.dtype, np.floating):
+    if not np.isfinite(actions).all():
+      raise ValueError("learner actions: non-finite values in continuous "
+                       f"actions {actions.tolist()[:4]}")
+
+
+def run_actor(server_address: str, actor_id: int, num_envs: int,
+              env_factory: EnvFactory, seed: int,
+              max_steps: Optional[int] = None,
+              stop_event: Optional[threading.Event] = None,
+              client_factory: Optional[ClientFactory] = None,
+              log_interval_s: float = 30.0) -> ActorSummary:
+  """Runs one actor until `max_steps`, `stop_event` or an error.
+
+  Args:
+    server_address: learner 'host:port'.
+    actor_id: I; the actor owns global env ids [I*K, (I+1)*K).
+    num_envs: K envs stepped together.
+    env_factory: (num_envs, seed) -> BatchedEnv, e.g. a domain's
+      create_environment. Called with seed + I*K so that env i of actor I is
+      seeded with seed + I*K + i (distinct across the run, reproducible).
+    seed: base seed of the run.
+    max_steps: batched steps to run (each steps all K envs); None = forever.
+    stop_event: checked before each step; set it to stop cleanly.
+    client_factory: ActorClient-compatible constructor (address, actor_id,
+      num_envs, observation_spec, action_spec); default the gRPC ActorClient.
+    log_interval_s: how often to log throughput.
+
+  Returns:
+    An ActorSummary.
+
+  Raises:
+    ValueError: the learner sent actions that do not fit the action spec.
+    Whatever the client raises (SpecMismatchError, ProtocolError) or the env
+    raises (EnvWorkerError); envs and client are closed first.
+  """
+  if num_envs < 1:
+    raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+  if actor_id < 0:
+    raise ValueError(f"actor_id must be >= 0, got {actor_id}")
+  if max_steps is not None and max_steps < 0:
+    raise ValueError(f"max_steps must be >= 0 or None, got {max_steps}")
+  client_factory = client_factory or ActorClient
+  env = env_factory(num_envs, seed + actor_id * num_envs)
+  client = None
+  try:
+    if env.num_envs != num_envs:
+      raise ValueError(f"env_factory built {env.num_envs} envs, asked for "
+                       f"{num_envs}")
+    client = client_factory(server_address, actor_id, num_envs,
+                            env.observation_spec, env.action_spec)
+    client.connect()
+    return _loop(env, client, actor_id, max_steps, stop_event, log_interval_s)
+  finally:
+    try:
+      if client is not None:
+        client.close()
+    finally:
+      env.close()
+
+
+def _loop(env: BatchedEnv, client, actor_id: int, max_steps: Optional[int],
+          stop_event: Optional[threading.Event],
+          log_interval_s: float) -> ActorSummary:
+  k = env.num_envs
+  first_env_id = int(client.first_env_id)
+  if first_env_id != actor_id * k:
+    logging.warning("actor %d: learner assigned env ids from %d, expected %d "
+                    "(env seeds assume the latter)", actor_id, first_env_id,
+                    actor_id * k)
+  env_ids = np.arange(first_env_id, first_env_id + k, dtype=np.int32)
+  # From OS entropy, not the run seed: a restarted actor must get new ids so
+  # the learner resets the state of these envs.
+  run_ids = np.random.default_rng().integers(
+      np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=k, dtype=np.int64,
+      endpoint=True)
+  observation = env.reset()
+  reward = np.zeros(k, np.float32)
+  terminated = np.zeros(k, bool)
+  truncated = np.zeros(k, bool)
+  final_observation = env.observation_spec.zeros(0)
+  episode_return = np.zeros(0, np.float32)
+  episode_length = np.zeros(0, np.int32)
+  tracker = EpisodeTracker(k)
+
+  steps = episodes = 0
+  return_sum = 0.0
+  last_log_time, last_log_steps = time.monotonic(), 0
+  while max_steps is None or steps < max_steps:
+    if stop_event is not None and stop_event.is_set():
+      break
+    batch = StepBatch(env_ids=env_ids, run_ids=run_ids, reward=reward,
+                      terminated=terminated, truncated=truncated,
+                      observation=observation,
+                      final_observation=final_observation,
+                      episode_return=episode_return,
+                      episode_length=episode_length)
+    actions = client.step(batch)
+    check_actions(actions, env.action_spec, k)
+    result = env.step(actions)
+    steps += 1
+    episode_return, episode_length = tracker.update(
+        result.reward, result.terminated, result.truncated)
+    episodes += episode_return.size
+    return_sum += float(episode_return.sum())
+    observation, reward = result.observation, result.reward
+    terminated, truncated = result.terminated, result.truncated
+    final_observation = result.final_observation
+
+    now = time.monotonic()
+    if now - last_log_time >= log_interval_s:
+      rate = (steps - last_log_steps) * k / (now - last_log_time)
+      logging.info("actor %d: %.0f env steps/s, %d episodes, mean return %.2f",
+                   actor_id, rate, episodes, return_sum / max(episodes, 1))
+      last_log_time, last_log_steps = now, steps
+  return ActorSummary(steps=steps, env_steps=steps * k, episodes=episodes,
+                      mean_return=(return_sum / episodes if episodes
+                                   else float("nan")))

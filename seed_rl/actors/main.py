@@ -1,0 +1,128 @@
+r"""Actor process entry point (no TensorFlow).
+
+  python -m seed_rl.actors.main --env classic --actor_id 0 --num_envs 16 \
+      --server_address localhost:8686 --seed 0 \
+      --gin_config seed_rl/classic/gin/vtrace.gin \
+      --gin_bindings "classic.create_environment.env_id = 'Acrobot-v1'"
+
+gin is parsed with skip_unknown=True: the same config files serve the learner,
+whose configurables (agents, optimizers) are not imported here. Env bindings
+use the domain names `classic.create_environment`, `atari.create_environment`
+and `mujoco.create_environment`. SIGTERM/SIGINT stop the actor cleanly (envs
+and worker processes are closed) with exit status 0; a rejected handshake, a
+protocol error or a failed learner exits with status 2, an env failure with
+status 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from typing import Callable, Dict, List, Optional
+
+import gin
+
+from seed_rl.actors.actor import run_actor
+from seed_rl.actors.subprocess_env import EnvWorkerError
+from seed_rl.atari import env as atari_env
+from seed_rl.classic import env as classic_env
+from seed_rl.grpc.client import LearnerError
+from seed_rl.grpc.client import LearnerUnavailableError
+from seed_rl.grpc.client import ProtocolError
+from seed_rl.grpc.client import SpecMismatchError
+from seed_rl.mujoco import env as mujoco_env
+
+ENV_FACTORIES: Dict[str, Callable] = {
+    "classic": classic_env.create_environment,
+    "atari": atari_env.create_environment,
+    "mujoco": mujoco_env.create_environment,
+}
+
+EXIT_PROTOCOL_ERROR = 2
+EXIT_ENV_ERROR = 3
+
+
+class _Stopped(Exception):
+  """Raised in the main thread by the SIGTERM/SIGINT handler."""
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(
+      prog="python -m seed_rl.actors.main",
+      description="SEED RL actor: steps envs, the learner picks actions.")
+  parser.add_argument("--env", required=True, choices=sorted(ENV_FACTORIES),
+                      help="environment domain")
+  parser.add_argument("--actor_id", type=int, required=True,
+                      help="I; this actor owns global env ids [I*K, (I+1)*K)")
+  parser.add_argument("--num_envs", type=int, default=1, help="K")
+  parser.add_argument("--server_address", default="localhost:8686")
+  parser.add_argument("--seed", type=int, default=0,
+                      help="run seed; env i of actor I gets seed + I*K + i")
+  parser.add_argument("--gin_config", action="append", default=[],
+                      help="gin config file (repeatable)")
+  parser.add_argument("--gin_bindings", action="append", default=[],
+                      help="gin binding (repeatable)")
+  parser.add_argument("--max_steps", type=int, default=None,
+                      help="stop after this many batched steps")
+  parser.add_argument("--log_interval_s", type=float, default=30.0)
+  args = parser.parse_args(argv)
+  if args.num_envs < 1:
+    parser.error(f"--num_envs must be >= 1, got {args.num_envs}")
+  if args.actor_id < 0:
+    parser.error(f"--actor_id must be >= 0, got {args.actor_id}")
+  return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  args = parse_args(argv)
+  logging.basicConfig(level=logging.INFO,
+                      format="%(asctime)s actor %(process)d %(message)s")
+  gin.parse_config_files_and_bindings(args.gin_config, args.gin_bindings,
+                                      skip_unknown=True)
+  if "tensorflow" in sys.modules:
+    logging.warning("a gin config imported tensorflow into the actor; keep "
+                    "agent imports out of configs that actors parse")
+  stop_event = threading.Event()
+
+  def on_signal(signum, frame):
+    del frame
+    if not stop_event.is_set():  # a second signal must not break the cleanup
+      stop_event.set()
+      raise _Stopped(signal.Signals(signum).name)
+
+  previous = {s: signal.signal(s, on_signal)
+              for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    summary = run_actor(args.server_address, args.actor_id, args.num_envs,
+                        ENV_FACTORIES[args.env], args.seed,
+                        max_steps=args.max_steps, stop_event=stop_event,
+                        log_interval_s=args.log_interval_s)
+    logging.info("actor %d done: %s", args.actor_id, summary)
+  except _Stopped as e:
+    logging.info("actor %d stopped by %s; envs closed", args.actor_id, e)
+  except SpecMismatchError as e:
+    print(f"actor {args.actor_id}: the learner rejected this actor's specs: "
+          f"{e}", file=sys.stderr)
+    return EXIT_PROTOCOL_ERROR
+  except ProtocolError as e:
+    print(f"actor {args.actor_id}: protocol error from the learner: {e}",
+          file=sys.stderr)
+    return EXIT_PROTOCOL_ERROR
+  except (LearnerUnavailableError, LearnerError) as e:
+    print(f"actor {args.actor_id}: learner at {args.server_address} failed: "
+          f"{e}", file=sys.stderr)
+    return EXIT_PROTOCOL_ERROR
+  except EnvWorkerError as e:
+    print(f"actor {args.actor_id}: environment failed: {e}", file=sys.stderr)
+    return EXIT_ENV_ERROR
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
