@@ -1,0 +1,323 @@
+"""The actor's side of the wire: Hello, then one Step stream (no TensorFlow).
+
+`ActorClient.step` sends one StepBatch and blocks for the learner's actions.
+If the learner goes away (UNAVAILABLE, CANCELLED, or a session id from before a
+learner restart), the client says Hello again with backoff and resends the
+same batch, so an actor survives learner restarts without losing its place.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from typing import Optional
+
+import grpc
+import numpy as np
+
+from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.grpc import codec
+from seed_rl.grpc import protocol
+from seed_rl.grpc import seed_rl_pb2
+from seed_rl.grpc import seed_rl_pb2_grpc
+from seed_rl.grpc.errors import (LearnerError, LearnerUnavailableError,
+                                 ProtocolError, SessionSupersededError,
+                                 SpecMismatchError)
+
+__all__ = [
+    "ActorClient", "LearnerError", "LearnerUnavailableError", "ProtocolError",
+    "SessionSupersededError", "SpecMismatchError"
+]
+
+_INITIAL_BACKOFF_S = 0.05
+# Bounds one Hello attempt; a learner that accepted the connection but does
+# not answer in this long is treated as not up yet.
+_HELLO_ATTEMPT_TIMEOUT_S = 10.0
+_LOG_INTERVAL_S = 5.0
+_RETRIABLE_HELLO_CODES = (grpc.StatusCode.UNAVAILABLE,
+                          grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class _RequestQueue:
+  """Blocking request iterator that gRPC's sender thread drains."""
+
+  _END = object()
+
+  def __init__(self):
+    self._queue = queue.SimpleQueue()
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> seed_rl_pb2.StepRequest:
+    item = self._queue.get()
+    if item is self._END:
+      raise StopIteration
+    return item
+
+  def put(self, request: seed_rl_pb2.StepRequest) -> None:
+    self._queue.put(request)
+
+  def close(self) -> None:
+    self._queue.put(self._END)
+
+
+class _Throttle:
+  """True at most once per `interval_s`, so waiting loops do not flood logs."""
+
+  def __init__(self, interval_s: float):
+    self._interval_s = interval_s
+    self._last = -float("inf")
+
+  def ready(self) -> bool:
+    now = time.monotonic()
+    if now - self._last < self._interval_s:
+      return False
+    self._last = now
+    return True
+
+
+def _reason(error: grpc.RpcError) -> Optional[str]:
+  metadata = error.trailing_metadata() or ()
+  return dict(metadata).get(protocol.REASON_METADATA_KEY)
+
+
+def _error_from_rpc(error: grpc.RpcError, what: str) -> Exception:
+  code, details = error.code(), error.details()
+  reason = _reason(error)
+  if reason == protocol.REASON_SPEC_MISMATCH:
+    return SpecMismatchError(details, code)
+  if reason == protocol.REASON_SUPERSEDED:
+    return SessionSupersededError(details, code)
+  if code in (grpc.StatusCode.INVALID_ARGUMENT,
+              grpc.StatusCode.FAILED_PRECONDITION):
+    return ProtocolError(f"learner rejected {what}: {details}", code)
+  if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+    details += (" (every learner worker thread holds an actor's stream; raise "
+                "the learner's max_workers above the number of actors)")
+  return LearnerError(f"{what} failed: {code.name}: {details}", code)
+
+
+def _learner_went_away(error: grpc.RpcError) -> bool:
+  code = error.code()
+  return (code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) or
+          (code == grpc.StatusCode.ABORTED and
+           _reason(error) == protocol.REASON_LEARNER_RESTARTED))
+
+
+class ActorClient:
+  """One actor's connection to the learner. Not thread-safe: one step at a time.
+
+  Actor `actor_id` with `num_envs` = K environments owns global env ids
+  [actor_id*K, (actor_id+1)*K) (the learner confirms them in Hello).
+  """
+
+  def __init__(self, address: str, actor_id: int, num_envs: int,
+               observation_spec: ArraySpec, action_spec: ArraySpec,
+               connect_timeout_s: Optional[float] = None,
+               max_backoff_s: float = 5.0):
+    """Creates the client; call connect() (or step(), which connects).
+
+    Args:
+      address: learner 'host:port'.
+      actor_id: this actor's index, >= 0.
+      num_envs: K, environments stepped by this actor, >= 1.
+      observation_spec, action_spec: per-env specs of this actor's env.
+      connect_timeout_s: give up (LearnerUnavailableError) if no learner
+        answers Hello within this long; None waits forever.
+      max_backoff_s: cap of the exponential backoff between Hello attempts.
+    """
+    if actor_id < 0:
+      raise ValueError(f"actor_id: {actor_id}, expected >= 0")
+    if num_envs < 1:
+      raise ValueError(f"num_envs: {num_envs}, expected >= 1")
+    if connect_timeout_s is not None and connect_timeout_s <= 0:
+      raise ValueError(f"connect_timeout_s: {connect_timeout_s}, expected > 0 "
+                       f"or None (wait forever)")
+    if max_backoff_s <= 0:
+      raise ValueError(f"max_backoff_s: {max_backoff_s}, expected > 0")
+    self._address = address
+    self._actor_id = actor_id
+    self._num_envs = num_envs
+    self._observation_spec = observation_spec
+    self._action_spec = action_spec
+    self._expected_action_shape = (num_envs,) + action_spec.shape
+    self._action_dtype = np.dtype(action_spec.dtype)
+    self._connect_timeout_s = connect_timeout_s
+    self._max_backoff_s = max_backoff_s
+    self._hello_request = seed_rl_pb2.HelloRequest(
+        protocol_version=protocol.PROTOCOL_VERSION, actor_id=actor_id,
+        num_envs=num_envs, observation_spec=codec.encode_spec(observation_spec),
+        action_spec=codec.encode_spec(action_spec))
+    self._channel = grpc.insecure_channel(
+        address, options=protocol.channel_options(max_backoff_s))
+    self._stub = seed_rl_pb2_grpc.SeedRLStub(self._channel)
+    self._hello: Optional[seed_rl_pb2.HelloResponse] = None
+    self._requests: Optional[_RequestQueue] = None
+    self._responses = None
+    self._closed = False
+    self._log_throttle = _Throttle(_LOG_INTERVAL_S)
+
+  @property
+  def num_envs(self) -> int:
+    return self._num_envs
+
+  @property
+  def first_env_id(self) -> int:
+    """First global env id of this actor (after connect())."""
+    return self._connected_hello().first_env_id
+
+  @property
+  def num_envs_total(self) -> int:
+    """Environments the learner serves over all actors (after connect())."""
+    return self._connected_hello().num_envs_total
+
+  @property
+  def session_id(self) -> str:
+    return self._connected_hello().session_id
+
+  def _connected_hello(self) -> seed_rl_pb2.HelloResponse:
+    if self._hello is None:
+      raise RuntimeError("ActorClient: call connect() first")
+    return self._hello
+
+  def _check_open(self) -> None:
+    if self._closed:
+      raise RuntimeError("ActorClient: used after close()")
+
+  def _say_hello(self) -> seed_rl_pb2.HelloResponse:
+    start = time.monotonic()
+    deadline = (None if self._connect_timeout_s is None else
+                start + self._connect_timeout_s)
+    delay = _INITIAL_BACKOFF_S
+    while True:
+      attempt_timeout = _HELLO_ATTEMPT_TIMEOUT_S
+      if deadline is not None:
+        attempt_timeout = max(0.01, min(attempt_timeout,
+                                        deadline - time.monotonic()))
+      try:
+        return self._stub.Hello(self._hello_request, timeout=attempt_timeout)
+      except grpc.RpcError as e:
+        if e.code() not in _RETRIABLE_HELLO_CODES:
+          raise _error_from_rpc(e, "Hello") from None
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+          raise LearnerUnavailableError(
+              f"no learner answered at {self._address} within "
+              f"{self._connect_timeout_s}s (last: {e.code().name}: "
+              f"{e.details()})") from None
+        if self._log_throttle.ready():
+          logging.warning("Actor %d waiting for the learner at %s (%s), %.0fs "
+                          "so far", self._actor_id, self._address,
+                          e.code().name, now - start)
+        pause = delay if deadline is None else min(delay, deadline - now)
+        time.sleep(max(0.0, pause))
+        delay = min(delay * 2, self._max_backoff_s)
+
+  def connect(self) -> None:
+    """Says Hello (retrying while no learner is up) and opens the Step stream.
+
+    Raises:
+      SpecMismatchError: the learner's specs differ from this actor's.
+      ProtocolError: the learner refused the Hello (e.g. actor id out of its
+        range, protocol version).
+      LearnerUnavailableError: no learner within connect_timeout_s.
+    """
+    self._check_open()
+    self._drop_stream()
+    hello = self._say_hello()
+    for field, actor_spec in (("observation_spec", self._observation_spec),
+                              ("action_spec", self._action_spec)):
+      learner_spec = codec.decode_spec(getattr(hello, field), field)
+      mismatch = codec.spec_mismatch(learner_spec, actor_spec, field)
+      if mismatch is not None:
+        raise SpecMismatchError(f"spec mismatch: {mismatch}")
+    self._hello = hello
+    self._requests = _RequestQueue()
+    self._responses = self._stub.Step(
+        self._requests,
+        metadata=((protocol.SESSION_METADATA_KEY, hello.session_id),))
+
+  def _drop_stream(self) -> None:
+    if self._requests is not None:
+      self._requests.close()  # ends gRPC's sender thread
+      self._requests = None
+    if self._responses is not None:
+      self._responses.cancel()
+      self._responses = None
+
+  def _decode_actions(self, response: seed_rl_pb2.StepResponse) -> np.ndarray:
+    try:
+      actions = codec.decode_tensor(response.action, "action")
+    except ValueError as e:
+      raise ProtocolError(f"learner sent malformed actions: {e}") from None
+    if (actions.shape != self._expected_action_shape or
+        actions.dtype != self._action_dtype):
+      raise ProtocolError(
+          f"learner sent actions {actions.dtype.name} {list(actions.shape)}, "
+          f"expected {self._action_spec.dtype} "
+          f"{list(self._expected_action_shape)}")
+    return actions
+
+  def step(self, batch: StepBatch) -> np.ndarray:
+    """Sends `batch` and returns the learner's actions.
+
+    Args:
+      batch: this actor's K env steps (global env ids).
+
+    Returns:
+      Read-only actions [K, *action_spec.shape], rows in `batch` env order.
+
+    Raises:
+      ProtocolError: the learner rejected the batch (message names the field).
+      SessionSupersededError: another Hello for this actor id took over.
+      LearnerError: the learner failed while serving the batch.
+      LearnerUnavailableError: the learner went away and did not come back
+        within connect_timeout_s.
+    """
+    self._check_open()
+    if batch.num_envs != self._num_envs:
+      raise ValueError(f"batch: {batch.num_envs} envs, expected {self._num_envs}"
+                       f" (this actor's num_envs)")
+    request = codec.encode_step_batch(batch)
+    if self._responses is None:
+      self.connect()
+    failures = 0
+    while True:
+      try:
+        self._requests.put(request)
+        return self._decode_actions(next(self._responses))
+      except StopIteration:
+        cause = "the learner closed the stream"
+      except grpc.RpcError as e:
+        if self._closed:
+          raise RuntimeError("ActorClient: closed during step()") from None
+        if not _learner_went_away(e):
+          self._drop_stream()
+          raise _error_from_rpc(e, "Step") from None
+        cause = f"{e.code().name}: {e.details()}"
+      failures += 1
+      if self._log_throttle.ready():
+        logging.warning("Actor %d lost the learner at %s (%s); reconnecting",
+                        self._actor_id, self._address, cause)
+      self._drop_stream()
+      if failures > 1:
+        # The learner accepts Hello but keeps dropping the stream: slow down.
+        time.sleep(min(_INITIAL_BACKOFF_S * 2**(failures - 2),
+                       self._max_backoff_s))
+      self.connect()
+
+  def close(self) -> None:
+    """Ends the stream and the channel; idempotent."""
+    if self._closed:
+      return
+    self._closed = True
+    self._drop_stream()
+    self._channel.close()
+
+  def __enter__(self) -> "ActorClient":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

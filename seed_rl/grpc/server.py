@@ -1,0 +1,233 @@
+"""The learner's gRPC server: Hello handshakes and one Step stream per actor.
+
+Each Step stream runs on its own worker thread and calls `handler.step`
+synchronously, so the handler sees one blocking call per actor in flight and
+batches across actors itself. A bad message, or a handler error, ends only the
+stream it arrived on.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from typing import Optional, Protocol
+
+import grpc
+import numpy as np
+
+from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.grpc import codec
+from seed_rl.grpc import protocol
+from seed_rl.grpc import seed_rl_pb2
+from seed_rl.grpc import seed_rl_pb2_grpc
+from seed_rl.grpc import validation
+from seed_rl.grpc.sessions import Rejection, Session, SessionRegistry
+
+
+class StepHandler(Protocol):
+  """What the server calls; `on_disconnect(first_env_id, num_envs)` optional."""
+
+  def step(self, batch: StepBatch) -> np.ndarray:
+    """Returns actions [K, *action_shape] for `batch` (blocking, thread-safe)."""
+
+
+def _abort(context: grpc.ServicerContext, rejection: Rejection) -> None:
+  if rejection.reason is not None:
+    context.set_trailing_metadata(
+        ((protocol.REASON_METADATA_KEY, rejection.reason),))
+  context.abort(rejection.code, rejection.message)
+
+
+class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
+  """Implements the SeedRL service on top of a SessionRegistry and a handler."""
+
+  def __init__(self, observation_spec: ArraySpec, action_spec: ArraySpec,
+               registry: SessionRegistry, handler):
+    self._observation_spec = observation_spec
+    self._action_spec = action_spec
+    self._registry = registry
+    self._handler = handler
+    self._on_disconnect = getattr(handler, "on_disconnect", None)
+    self._hello_specs = (codec.encode_spec(observation_spec),
+                         codec.encode_spec(action_spec))
+
+  def _check_hello(self, request: seed_rl_pb2.HelloRequest) -> None:
+    if request.protocol_version != protocol.PROTOCOL_VERSION:
+      raise Rejection(
+          grpc.StatusCode.FAILED_PRECONDITION,
+          f"protocol_version: learner {protocol.PROTOCOL_VERSION}, actor "
+          f"{request.protocol_version}; run the same seed_rl version on both")
+    for field, learner_spec in (("observation_spec", self._observation_spec),
+                                ("action_spec", self._action_spec)):
+      if not request.HasField(field):
+        raise Rejection(grpc.StatusCode.INVALID_ARGUMENT,
+                        f"{field}: missing from HelloRequest")
+      try:
+        actor_spec = codec.decode_spec(getattr(request, field), field)
+      except ValueError as e:
+        raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+      mismatch = codec.spec_mismatch(learner_spec, actor_spec, field)
+      if mismatch is not None:
+        raise Rejection(grpc.StatusCode.FAILED_PRECONDITION,
+                        f"spec mismatch: {mismatch}",
+                        protocol.REASON_SPEC_MISMATCH)
+
+  def Hello(self, request, context):
+    try:
+      self._check_hello(request)
+      session = self._registry.open(request.actor_id, request.num_envs)
+    except Rejection as rejection:
+      _abort(context, rejection)
+    response = seed_rl_pb2.HelloResponse(
+        protocol_version=protocol.PROTOCOL_VERSION,
+        first_env_id=session.first_env_id, num_envs=session.num_envs,
+        num_envs_total=self._registry.num_envs_total,
+        session_id=session.session_id)
+    response.observation_spec.CopyFrom(self._hello_specs[0])
+    response.action_spec.CopyFrom(self._hello_specs[1])
+    return response
+
+  def _actions_to_response(self, actions, k: int) -> seed_rl_pb2.StepResponse:
+    spec = self._action_spec
+    actions = np.asarray(actions)
+    expected = (k,) + spec.shape
+    if actions.shape != expected or not np.can_cast(actions.dtype, spec.dtype,
+                                                    "same_kind"):
+      raise RuntimeError(
+          f"handler.step returned actions {actions.dtype.name} "
+          f"{list(actions.shape)}, expected {spec.dtype} {list(expected)}")
+    response = seed_rl_pb2.StepResponse()
+    codec.fill_tensor(response.action, actions.astype(spec.dtype, copy=False),
+                      "action")
+    return response
+
+  def _serve_one(self, request, session: Session) -> seed_rl_pb2.StepResponse:
+    """Returns the response to one request; Rejection ends the stream."""
+    if session.superseded:
+      raise Rejection(
+          grpc.StatusCode.ABORTED,
+          f"session {session.session_id!r} of {session.describe()} was "
+          f"superseded by a newer Hello for actor {session.actor_id} (a "
+          f"restarted actor, or two actors started with the same --actor_id); "
+          f"this stream is closed", protocol.REASON_SUPERSEDED)
+    try:
+      batch = validation.check_step_request(
+          request, self._observation_spec, session,
+          self._registry.num_envs_total, self._registry.owner_of)
+      return self._actions_to_response(self._handler.step(batch),
+                                       session.num_envs)
+    except ValueError as e:
+      raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+    except Exception as e:  # pylint: disable=broad-except
+      logging.exception("Step stream of %s failed", session.describe())
+      raise Rejection(grpc.StatusCode.INTERNAL,
+                      f"learner error: {type(e).__name__}: {e}") from None
+
+  def Step(self, request_iterator, context):
+    metadata = dict(context.invocation_metadata())
+    try:
+      session = self._registry.claim(
+          metadata.get(protocol.SESSION_METADATA_KEY))
+    except Rejection as rejection:
+      _abort(context, rejection)
+    try:
+      for request in request_iterator:
+        try:
+          response = self._serve_one(request, session)
+        except Rejection as rejection:
+          _abort(context, rejection)
+        yield response
+    finally:
+      # Runs when the client closes, cancels or fails, on abort, and on server
+      # stop (gRPC drops the suspended generator, which closes it).
+      if self._registry.release(session) and self._on_disconnect is not None:
+        try:
+          self._on_disconnect(session.first_env_id, session.num_envs)
+        except Exception:  # pylint: disable=broad-except
+          logging.exception("on_disconnect(%d, %d) failed",
+                            session.first_env_id, session.num_envs)
+
+
+class LearnerServer:
+  """Serves actors: validates their specs and streams, calls `handler.step`.
+
+  Each open Step stream occupies one of `max_workers` threads for its lifetime
+  (plus one for a Hello in progress), so `max_workers` bounds the number of
+  actors; RPCs beyond it fail fast with RESOURCE_EXHAUSTED instead of hanging.
+  """
+
+  def __init__(self, address: str, observation_spec: ArraySpec,
+               action_spec: ArraySpec, num_envs: int, handler,
+               max_workers: int = 64):
+    """Creates the server (call start() to serve).
+
+    Args:
+      address: 'host:port'; port 0 picks a free port.
+      observation_spec: per-env observation spec on the wire (the env's).
+      action_spec: per-env action spec.
+      num_envs: total environments over all actors.
+      handler: has `step(StepBatch) -> actions [K, *action_spec.shape]` and
+        optionally `on_disconnect(first_env_id, num_envs)`, called once when a
+        Step stream ends, unless its actor reconnected first (a newer Hello
+        superseded the session, so its envs are still served).
+      max_workers: gRPC worker threads = maximum concurrent RPCs.
+    """
+    if num_envs < 1:
+      raise ValueError(f"num_envs: {num_envs}, expected >= 1")
+    if max_workers < 2:
+      raise ValueError(f"max_workers: {max_workers}, expected >= 2 (one Step "
+                       f"stream per actor plus a Hello)")
+    if not callable(getattr(handler, "step", None)):
+      raise ValueError(f"handler: {type(handler).__name__} has no step(batch) "
+                       f"method")
+    self._address = address
+    self._max_workers = max_workers
+    self._servicer = _Servicer(observation_spec, action_spec,
+                               SessionRegistry(num_envs), handler)
+    self._server: Optional[grpc.Server] = None
+    self._port: Optional[int] = None
+
+  @property
+  def port(self) -> Optional[int]:
+    return self._port
+
+  def start(self) -> int:
+    """Binds and starts serving; returns the bound port."""
+    if self._server is not None:
+      raise RuntimeError("LearnerServer.start() called twice")
+    server = grpc.server(
+        futures.ThreadPoolExecutor(self._max_workers,
+                                   thread_name_prefix="seed_rl_grpc"),
+        options=protocol.server_options(),
+        maximum_concurrent_rpcs=self._max_workers)
+    seed_rl_pb2_grpc.add_SeedRLServicer_to_server(self._servicer, server)
+    try:
+      port = server.add_insecure_port(self._address)
+    except RuntimeError as e:
+      raise OSError(f"cannot bind learner server to {self._address!r}: {e}"
+                    ) from None
+    if port == 0:
+      raise OSError(f"cannot bind learner server to {self._address!r}")
+    server.start()
+    self._server, self._port = server, port
+    logging.info("Learner server listening on %s (port %d)", self._address, port)
+    return port
+
+  def stop(self, grace: Optional[float] = None) -> None:
+    """Stops serving; open streams are cancelled after `grace` seconds."""
+    if self._server is not None:
+      self._server.stop(grace).wait()
+
+  def wait_for_termination(self, timeout: Optional[float] = None) -> bool:
+    """Blocks until the server stops (or `timeout`); True if it stopped."""
+    if self._server is None:
+      raise RuntimeError("LearnerServer.wait_for_termination() before start()")
+    timed_out = self._server.wait_for_termination(timeout)
+    return not timed_out
+
+  def __enter__(self) -> "LearnerServer":
+    self.start()
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.stop()

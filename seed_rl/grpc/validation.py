@@ -1,0 +1,157 @@
+"""Checks one StepRequest against its session before the learner sees it.
+
+Every failure is a ValueError whose message names the field and what was
+expected; the server turns it into INVALID_ARGUMENT for that stream only.
+The happy path costs a few vectorised NumPy calls per field; messages that
+need lookups (who owns an env id) are built only on the error path.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.grpc import codec
+from seed_rl.grpc import seed_rl_pb2
+from seed_rl.grpc.sessions import Session
+
+# One entry per env of the session, in this dtype.
+_PER_ENV_DTYPES = tuple(
+    (name, np.dtype(dtype)) for name, dtype in (
+        ("env_ids", "int32"), ("run_ids", "int64"), ("reward", "float32"),
+        ("terminated", "bool"), ("truncated", "bool")))
+_EPISODE_DTYPES = (("episode_return", np.dtype("float32")),
+                   ("episode_length", np.dtype("int32")))
+
+
+def _check_dtype(name: str, array: np.ndarray, expected: np.dtype) -> None:
+  if array.dtype != expected:
+    raise ValueError(f"{name}: dtype {array.dtype.name}, expected "
+                     f"{expected.name}")
+
+
+def _check_vector(name: str, array: np.ndarray, k: int, session: Session):
+  if array.ndim != 1:
+    raise ValueError(f"{name}: shape {list(array.shape)}, expected [{k}] "
+                     f"(one entry per env)")
+  if array.shape[0] != k:
+    raise ValueError(f"{name}: {array.shape[0]} entries, expected {k} (one per "
+                     f"env of {session.describe()})")
+
+
+def _check_rows(name: str, array: np.ndarray, rows: int, row_shape: tuple,
+                rows_are: str) -> None:
+  expected = (rows,) + row_shape
+  if array.shape == expected:
+    return
+  if array.ndim == len(expected) and array.shape[1:] == row_shape:
+    raise ValueError(f"{name}: {array.shape[0]} rows, expected {rows} "
+                     f"({rows_are})")
+  raise ValueError(f"{name}: shape {list(array.shape)}, expected "
+                   f"{list(expected)} ([rows, *obs_shape] with {rows_are})")
+
+
+def _check_finite(name: str, array: np.ndarray, env_ids: Optional[np.ndarray]):
+  if array.dtype.kind != "f" or not array.size or np.isfinite(array).all():
+    return
+  flat = array.reshape(array.shape[0], -1) if array.ndim > 1 else array[:, None]
+  row = int(np.flatnonzero(~np.isfinite(flat).all(axis=1))[0])
+  bad = flat[row][~np.isfinite(flat[row])][0]
+  where = f"env id {env_ids[row]}" if env_ids is not None else f"row {row}"
+  raise ValueError(f"{name}: non-finite value {bad} at {where}; expected "
+                   f"finite floats")
+
+
+def _check_env_ids(env_ids: np.ndarray, session: Session, num_envs_total: int,
+                   owner_of: Callable[[int], Optional[Session]]) -> None:
+  if env_ids.tobytes() == session.env_ids_bytes:  # the usual order
+    return
+  relative = env_ids.astype(np.int64) - session.first_env_id
+  if relative.min() >= 0 and relative.max() < session.num_envs:
+    counts = np.bincount(relative, minlength=session.num_envs)
+    if counts.max() > 1:
+      dup = int(np.argmax(counts)) + session.first_env_id
+      raise ValueError(f"env_ids: duplicate env id {dup}; each env of "
+                       f"{session.describe()} must appear exactly once")
+    return
+  for env_id in env_ids.tolist():
+    if session.first_env_id <= env_id < session.end_env_id:
+      continue
+    if not 0 <= env_id < num_envs_total:
+      raise ValueError(f"env_ids: env id {env_id} is outside the learner's "
+                       f"range 0..{num_envs_total - 1}; this stream is "
+                       f"{session.describe()}")
+    owner = owner_of(env_id)
+    belongs = (f"belongs to actor {owner.actor_id}" if owner is not None
+               else "belongs to no connected actor")
+    raise ValueError(f"env_ids: env id {env_id} {belongs}; this stream is "
+                     f"{session.describe()}")
+
+
+def check_step_request(request: seed_rl_pb2.StepRequest,
+                       observation_spec: ArraySpec, session: Session,
+                       num_envs_total: int,
+                       owner_of: Callable[[int], Optional[Session]]
+                       ) -> StepBatch:
+  """Decodes `request` and checks it fits `session`.
+
+  Args:
+    request: the StepRequest received on the session's stream.
+    observation_spec: per-env observation spec on the wire.
+    session: the stream's session (K = session.num_envs).
+    num_envs_total: environments served by the learner.
+    owner_of: env id -> live session owning it, for error messages.
+
+  Returns:
+    The StepBatch; arrays are read-only views of the received bytes.
+
+  Raises:
+    ValueError naming the field and what was expected.
+  """
+  arrays = codec.decode_step_fields(request)
+  k = session.num_envs
+  for name, dtype in _PER_ENV_DTYPES:
+    _check_dtype(name, arrays[name], dtype)
+    _check_vector(name, arrays[name], k, session)
+  observation_dtype = np.dtype(observation_spec.dtype)
+  for name in ("observation", "final_observation"):
+    _check_dtype(name, arrays[name], observation_dtype)
+  for name, dtype in _EPISODE_DTYPES:
+    _check_dtype(name, arrays[name], dtype)
+  env_ids = arrays["env_ids"]
+  terminated, truncated = arrays["terminated"], arrays["truncated"]
+
+  _check_rows("observation", arrays["observation"], k, observation_spec.shape,
+              f"K={k}, one per env")
+  num_truncated = int(np.count_nonzero(truncated))
+  _check_rows("final_observation", arrays["final_observation"], num_truncated,
+              observation_spec.shape,
+              f"{num_truncated}, one per truncated env")
+  episode_return = arrays["episode_return"]
+  episode_length = arrays["episode_length"]
+  for name in ("episode_return", "episode_length"):
+    if arrays[name].ndim != 1:
+      raise ValueError(f"{name}: shape {list(arrays[name].shape)}, expected "
+                       f"[E] (one entry per finished episode)")
+  if episode_return.shape != episode_length.shape:
+    raise ValueError(f"episode_length: {episode_length.shape[0]} entries but "
+                     f"episode_return has {episode_return.shape[0]}; they must "
+                     f"have equal length (one per finished episode)")
+
+  _check_env_ids(env_ids, session, num_envs_total, owner_of)
+  if num_truncated and np.count_nonzero(terminated):
+    both = terminated & truncated
+    if both.any():
+      env_id = int(env_ids[np.argmax(both)])
+      raise ValueError(f"terminated, truncated: both set for env id {env_id}; "
+                       f"an episode ends either by termination or by "
+                       f"truncation")
+  _check_finite("reward", arrays["reward"], env_ids)
+  _check_finite("observation", arrays["observation"], env_ids)
+  if num_truncated:
+    _check_finite("final_observation", arrays["final_observation"],
+                  env_ids[truncated])
+  _check_finite("episode_return", episode_return, None)
+  return StepBatch(**arrays)
