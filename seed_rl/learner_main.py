@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from seed_rl import gin_utils
 from seed_rl import registry
@@ -126,9 +127,36 @@ def main(argv=None) -> int:
   finally:
     server.stop(0)
   gin_utils.write_operative_config(logdir)
+  _write_result(logdir, reason, learner, config)
   metrics.log(f"[learner] finished ({reason}); checkpoint in "
               f"{checkpointer.directory}")
   return 0
+
+
+def _write_result(logdir, reason, learner, config) -> None:
+  """`<logdir>/result.json`: how the run ended (read by benchmarks)."""
+  import json  # pylint: disable=g-import-not-at-top
+  recent = learner.episodes.recent_mean()
+  result = {
+      "reason": reason,
+      "env_steps": int(learner.env_steps),
+      "learner_steps": int(learner.agent.step_counter.numpy()),
+      "episodes": learner.episodes.episodes,
+      "final_return": recent,
+      "solved": bool(config.target_return is not None and recent is not None
+                     and learner.episodes.full_window()
+                     and recent >= config.target_return),
+      "solved_at_s": learner.solved_at_s,
+      # TF's own threads run ops for both roles; thread_time counts only the
+      # Python thread that called in, so 'process' is the honest total.
+      "cpu_s": {**{k: round(v, 2) for k, v in learner.cpu_seconds.items()},
+                "process": round(time.process_time(), 2)},
+      "batches": learner.batches_run,
+  }
+  tmp = os.path.join(logdir, ".result.json.tmp")
+  with open(tmp, "w") as f:
+    json.dump(result, f)
+  os.replace(tmp, os.path.join(logdir, "result.json"))
 
 
 if __name__ == "__main__":

@@ -59,18 +59,19 @@ def _forwarded(extra: List[str], names) -> List[str]:
   return out
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(flags_only: bool = False) -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="python -m seed_rl.train",
                               description=__doc__,
                               formatter_class=argparse.RawTextHelpFormatter)
-  p.add_argument("env", nargs="?", default=DEFAULTS["env"],
-                 help=f"one of {', '.join(registry.ENVS)}")
-  p.add_argument("agent", nargs="?", default=DEFAULTS["agent"],
-                 help=f"one of {', '.join(registry.AGENTS)}")
-  p.add_argument("num_actors", nargs="?", type=int,
-                 default=DEFAULTS["num_actors"])
-  p.add_argument("envs_per_actor", nargs="?", type=int,
-                 default=DEFAULTS["envs_per_actor"])
+  if not flags_only:
+    p.add_argument("env", nargs="?", default=DEFAULTS["env"],
+                   help=f"one of {', '.join(registry.ENVS)}")
+    p.add_argument("agent", nargs="?", default=DEFAULTS["agent"],
+                   help=f"one of {', '.join(registry.AGENTS)}")
+    p.add_argument("num_actors", nargs="?", type=int,
+                   default=DEFAULTS["num_actors"])
+    p.add_argument("envs_per_actor", nargs="?", type=int,
+                   default=DEFAULTS["envs_per_actor"])
   p.add_argument("--num_eval_actors", type=int, default=0)
   p.add_argument("--tensorboard", action="store_true",
                  help="also start TensorBoard on --tensorboard_port")
@@ -81,7 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-  args, extra = build_parser().parse_known_args(argv)
+  argv = list(sys.argv[1:] if argv is None else argv)
+  # Positionals lead (ENV AGENT NUM_ACTORS ENVS_PER_ACTOR); everything after
+  # them is flags, ours or the learner's: parsing them apart keeps a learner
+  # flag's value ('--max_seconds 60') from being read as a positional.
+  npos = 0
+  while npos < min(4, len(argv)) and not argv[npos].startswith("-"):
+    npos += 1
+  args = build_parser().parse_args(argv[:npos])
+  _, extra = build_parser(flags_only=True).parse_known_args(
+      argv[npos:], namespace=args)
   try:
     registry.check_pair(args.env, args.agent)
   except ValueError as e:
@@ -104,7 +114,9 @@ def main(argv=None) -> int:
   procs = []
 
   def spawn(cmd, name):
-    procs.append((name, subprocess.Popen(cmd, preexec_fn=_die_with_parent)))
+    proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent)
+    procs.append((name, proc))
+    print(f"[launcher] started {name} (pid {proc.pid})", flush=True)
 
   stopping = []
 

@@ -20,10 +20,11 @@ import numpy as np
 
 from seed_rl.common import metrics as metrics_lib
 from seed_rl.common.agent_api import ActInputs, Agent, Unroll
-from seed_rl.common.batcher import DynamicBatcher
+from seed_rl.common.batcher import BatcherStopped, DynamicBatcher
 from seed_rl.common.env_state import EnvStateTable
 from seed_rl.common.specs import ArraySpec, StepBatch
 from seed_rl.common.unroll_store import UnrollStore
+from seed_rl.grpc.errors import ServiceStopping
 
 
 @gin.configurable
@@ -102,6 +103,9 @@ class Learner:
     self.env_steps = checkpointer.env_steps if checkpointer else 0
     self._act_seconds = 0.0
     self._infer_seconds = 0.0
+    self.solved_at_s: Optional[float] = None  # seconds into run()
+    # CPU seconds by role (time.thread_time of the thread doing the work).
+    self.cpu_seconds = {"inference": 0.0, "act": 0.0, "training": 0.0}
     batch_size = self.config.inference_batch_size or self.num_envs
     self._batcher = DynamicBatcher(self._infer, batch_size,
                                    self.config.batch_timeout_ms / 1000.0,
@@ -110,7 +114,10 @@ class Learner:
   # ----------------------------------------------------------- inference --
   def step(self, batch: StepBatch) -> np.ndarray:
     """gRPC handler entry point (any stream thread); blocks for actions."""
-    return self._batcher(batch)
+    try:
+      return self._batcher(batch)
+    except BatcherStopped:
+      raise ServiceStopping("the learner is shutting down") from None
 
   def on_disconnect(self, first_env_id: int, num_envs: int) -> None:
     """An actor's stream ended: its partial unrolls stay until a new run id
@@ -119,6 +126,7 @@ class Learner:
 
   def _infer(self, batches: List[StepBatch]) -> List[np.ndarray]:
     t0 = time.perf_counter()
+    c0 = time.thread_time()
     if len(batches) == 1:
       b = batches[0]
       env_ids, run_ids, reward = b.env_ids, b.run_ids, b.reward
@@ -161,9 +169,10 @@ class Learner:
           core_state=tuple(np.concatenate([c, f])
                            for c, f in zip(core, final_core)),
           eval_mask=np.concatenate([eval_mask, eval_mask[truncated]]))
-    t_act = time.perf_counter()
+    t_act, c_act = time.perf_counter(), time.thread_time()
     out = self.agent.act(inputs)
     self._act_seconds += time.perf_counter() - t_act
+    self.cpu_seconds["act"] += time.thread_time() - c_act
     action = np.asarray(out.action[:size], self.action_spec.dtype)
     value = np.asarray(out.value, np.float32)
     bootstrap_value = np.zeros(size, np.float32)
@@ -198,9 +207,14 @@ class Learner:
         self.agent.add_unrolls(_to_unroll(completed, len(core)))
 
     self._infer_seconds += time.perf_counter() - t0
+    self.cpu_seconds["inference"] += time.thread_time() - c0
     if len(batches) == 1:
       return [action]
     return np.split(action, np.cumsum([b.num_envs for b in batches])[:-1])
+
+  @property
+  def batches_run(self) -> int:
+    return self._batcher.batches_run
 
   def _policy_version(self) -> int:
     return int(self.agent.step_counter.numpy())
@@ -210,7 +224,9 @@ class Learner:
     last_ckpt = time.monotonic()
     try:
       while not self._stop.is_set():
+        c0 = time.thread_time()
         step_metrics = self.agent.train_step()
+        self.cpu_seconds["training"] += time.thread_time() - c0
         if not step_metrics:  # stopped while waiting for data
           continue
         with self._metrics_lock:
@@ -284,6 +300,8 @@ class Learner:
         break
       if (cfg.target_return is not None and self.episodes.full_window() and
           recent >= cfg.target_return):
+        if self.solved_at_s is None:
+          self.solved_at_s = now - start
         metrics_lib.log(
             f"SOLVED: mean return {recent:.1f} over the last "
             f"{self.episodes.window} episodes >= target {cfg.target_return:g}"

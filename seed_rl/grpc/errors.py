@@ -36,3 +36,11 @@ class LearnerError(RuntimeError):
   def __init__(self, message: str, code: Optional[grpc.StatusCode] = None):
     super().__init__(message)
     self.code = code
+
+
+class ServiceStopping(RuntimeError):
+  """Raised by a handler whose learner is shutting down.
+
+  The server answers UNAVAILABLE (no traceback logged): actors treat it like a
+  learner restart and reconnect with backoff.
+  """

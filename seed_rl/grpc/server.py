@@ -17,6 +17,7 @@ import numpy as np
 
 from seed_rl.common.specs import ArraySpec, StepBatch
 from seed_rl.grpc import codec
+from seed_rl.grpc import errors
 from seed_rl.grpc import protocol
 from seed_rl.grpc import seed_rl_pb2
 from seed_rl.grpc import seed_rl_pb2_grpc
@@ -118,6 +119,8 @@ class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
                                        session.num_envs)
     except ValueError as e:
       raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+    except errors.ServiceStopping as e:
+      raise Rejection(grpc.StatusCode.UNAVAILABLE, str(e)) from None
     except Exception as e:  # pylint: disable=broad-except
       logging.exception("Step stream of %s failed", session.describe())
       raise Rejection(grpc.StatusCode.INTERNAL,

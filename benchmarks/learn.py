@@ -1,0 +1,93 @@
+"""Learning benchmark: one training run through the real launcher.
+
+    python benchmarks/learn.py ENV AGENT [--target R] [--max_minutes M]
+        [--seed S] [--num_actors N] [--envs_per_actor K] [gin bindings...]
+
+Starts `python -m seed_rl.train` (learner + actor processes) in a fresh
+logdir, stops at the target (mean return of the last 100 episodes) or the
+time limit, and prints one JSON line: env, agent, seed, solved, wall_s (from
+launch until solved, else until the end), env_steps, final_return.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_TARGETS = {("classic", "vtrace"): 475.0, ("classic", "ppo"): 475.0,
+                   ("classic", "dqn"): 475.0, ("classic", "r2d2"): 475.0}
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("env")
+  p.add_argument("agent")
+  p.add_argument("bindings", nargs="*", help="gin bindings, e.g. "
+                 "'VtraceConfig.learning_rate = 1e-3'")
+  p.add_argument("--target", type=float, default=None)
+  p.add_argument("--max_minutes", type=float, default=10.0)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--num_actors", type=int, default=None)
+  p.add_argument("--envs_per_actor", type=int, default=None)
+  p.add_argument("--max_env_steps", type=int, default=None)
+  p.add_argument("--logdir", default=None, help="default: a fresh temp dir")
+  p.add_argument("--quiet", action="store_true",
+                 help="hide the training's own output")
+  args = p.parse_args(argv)
+  target = args.target
+  if target is None:
+    target = DEFAULT_TARGETS.get((args.env, args.agent))
+  logdir = args.logdir or tempfile.mkdtemp(
+      prefix=f"learn-{args.env}-{args.agent}-{args.seed}-")
+  cmd = [sys.executable, "-m", "seed_rl.train", args.env, args.agent]
+  if args.num_actors is not None or args.envs_per_actor is not None:
+    from seed_rl.train import DEFAULTS  # pylint: disable=g-import-not-at-top
+    cmd += [str(args.num_actors or DEFAULTS["num_actors"]),
+            str(args.envs_per_actor or DEFAULTS["envs_per_actor"])]
+  cmd += ["--seed", str(args.seed), "--logdir", logdir,
+          "--max_seconds", str(args.max_minutes * 60)]
+  if target is not None:
+    cmd += ["--target_return", str(target)]
+  if args.max_env_steps:
+    cmd += ["--max_env_steps", str(args.max_env_steps)]
+  for b in args.bindings:
+    cmd += ["--gin_bindings", b]
+  start = time.monotonic()
+  solved_wall = None
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  for line in proc.stdout:
+    if line.startswith("SOLVED") and solved_wall is None:
+      solved_wall = time.monotonic() - start
+    if not args.quiet:
+      sys.stderr.write(line)
+  code = proc.wait()
+  wall = time.monotonic() - start
+  result = {}
+  path = os.path.join(logdir, "result.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      result = json.load(f)
+  out = {
+      "env": args.env, "agent": args.agent, "seed": args.seed,
+      "target": target, "solved": bool(result.get("solved")),
+      "wall_s": round(solved_wall if solved_wall is not None else wall, 1),
+      "env_steps": result.get("env_steps"),
+      "final_return": result.get("final_return"),
+      "learner_steps": result.get("learner_steps"),
+      "exit_code": code, "logdir": logdir,
+      "bindings": args.bindings,
+  }
+  print(json.dumps(out), flush=True)
+  return 0 if code == 0 else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,97 @@
+"""End to end: the real launcher, one learner process, two actor processes,
+real gRPC on localhost, real CartPole, real TensorFlow training."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+
+
+def _train(args, timeout=240):
+  return subprocess.run([sys.executable, "-m", "seed_rl.train"] + args,
+                        cwd=ROOT, env=ENV, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+def _alive(pid):
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().split()[2] != "Z"
+  except FileNotFoundError:
+    return False
+
+
+def test_cartpole_vtrace_trains_checkpoints_and_resumes(tmp_path):
+  logdir = str(tmp_path / "run")
+  first = _train(["classic", "vtrace", "2", "4", "--logdir", logdir,
+                  "--max_learner_steps", "200"])
+  assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+  with open(os.path.join(logdir, "result.json")) as f:
+    result = json.load(f)
+  assert result["learner_steps"] >= 200
+  assert result["env_steps"] >= 200 * 20  # unroll 20+ per learner step
+  assert result["episodes"] > 0
+  assert any(n.startswith("events.out.tfevents") for n in os.listdir(logdir))
+  assert os.path.exists(os.path.join(logdir, "checkpoints", "checkpoint"))
+  assert os.path.exists(os.path.join(logdir, "operative_config.gin"))
+  assert "[learner] step" in first.stdout or "step" in first.stdout
+
+  second = _train(["classic", "vtrace", "2", "4", "--logdir", logdir,
+                   "--max_learner_steps", str(result["learner_steps"] + 50)])
+  assert second.returncode == 0, second.stderr[-3000:]
+  match = re.search(r"resumed from \S+: learner step (\d+)", second.stdout)
+  assert match, second.stdout[-2000:]
+  assert int(match.group(1)) >= result["learner_steps"]
+  with open(os.path.join(logdir, "result.json")) as f:
+    resumed = json.load(f)
+  assert resumed["learner_steps"] >= result["learner_steps"] + 50
+  assert resumed["env_steps"] > result["env_steps"]
+
+
+def test_ctrl_c_leaves_no_process_behind(tmp_path):
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "seed_rl.train", "classic", "vtrace", "2", "4",
+       "--logdir", str(tmp_path / "run")], cwd=ROOT, env=ENV,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      start_new_session=True)
+  pids, deadline = [], time.monotonic() + 120
+  for line in proc.stdout:
+    m = re.search(r"started .* \(pid (\d+)\)", line)
+    if m:
+      pids.append(int(m.group(1)))
+    if "[learner" in line and "step" in line:
+      break
+    assert time.monotonic() < deadline, "learner never reported progress"
+  assert len(pids) == 3  # learner + 2 actors
+  os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+  proc.communicate(timeout=60)
+  time.sleep(0.5)
+  assert not [p for p in pids + [proc.pid] if _alive(p)]
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["classic", "nosuchagent"], "valid env/agent pairs"),
+    (["nosuchenv", "vtrace"], "valid env/agent pairs"),
+])
+def test_unknown_env_agent_pair_is_refused(args, expected):
+  out = _train(args, timeout=60)
+  assert out.returncode == 2
+  assert expected in out.stderr and "classic vtrace" in out.stderr
+
+
+def test_bad_gin_binding_is_refused_with_what_is_bindable(tmp_path):
+  out = subprocess.run(
+      [sys.executable, "-m", "seed_rl.learner_main", "--logdir",
+       str(tmp_path), "--gin_bindings", "VtraceConfig.no_such_param = 3"],
+      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 2
+  assert "no_such_param" in out.stderr
+  assert "VtraceConfig" in out.stderr

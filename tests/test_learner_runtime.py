@@ -1,0 +1,160 @@
+"""The learner's inference path: per-env state, resets, truncation, unrolls.
+
+The agent here is a deterministic NumPy recorder written for this test, so
+every stored field can be checked exactly; end-to-end tests use real agents.
+"""
+
+import numpy as np
+
+from seed_rl.common.agent_api import ActOutputs, Agent
+from seed_rl.common.learner import Learner, LearnerConfig
+from seed_rl.common.specs import ArraySpec, StepBatch
+
+
+class _Counter:
+  def __init__(self):
+    self.value = 0
+
+  def numpy(self):
+    return self.value
+
+
+class RecordingAgent(Agent):
+  """Action = env id + step; value = obs sum; core state counts steps."""
+
+  unroll_length = 3
+
+  def __init__(self, obs_spec, action_spec, num_envs):
+    super().__init__(obs_spec, action_spec, num_envs)
+    self.calls, self.unrolls = [], []
+    self._step = _Counter()
+
+  def initial_core_state(self, batch_size):
+    return (np.zeros((batch_size, 1), np.float32),)
+
+  def act(self, inputs):
+    self.calls.append(inputs)
+    obs = inputs.observation.reshape(len(inputs.env_ids), -1)
+    return ActOutputs(
+        action=(inputs.env_ids % 2).astype(np.int32),
+        value=obs.sum(-1).astype(np.float32),
+        extras={"logits": np.tile(inputs.env_ids[:, None], (1, 2))
+                .astype(np.float32)},
+        core_state=(inputs.core_state[0] + 1,))
+
+  def add_unrolls(self, unrolls):
+    self.unrolls.append(unrolls)
+
+  def train_step(self):
+    return {}
+
+  @property
+  def step_counter(self):
+    return self._step
+
+  def checkpoint_objects(self):
+    return {}
+
+
+def _batch(env_ids, run_ids, obs, reward=None, terminated=None,
+           truncated=None, final_obs=None):
+  k = len(env_ids)
+  obs = np.asarray(obs, np.float32).reshape(k, -1)
+  return StepBatch(
+      env_ids=np.asarray(env_ids, np.int32),
+      run_ids=np.asarray(run_ids, np.int64),
+      reward=np.asarray(reward if reward is not None else [0.] * k,
+                        np.float32),
+      terminated=np.asarray(terminated or [False] * k),
+      truncated=np.asarray(truncated or [False] * k),
+      observation=obs,
+      final_observation=(np.zeros((0, obs.shape[1]), np.float32)
+                         if final_obs is None else
+                         np.asarray(final_obs, np.float32)),
+      episode_return=np.zeros(0, np.float32),
+      episode_length=np.zeros(0, np.int32))
+
+
+def _learner(num_train=2, num_eval=0, frame_stack=1, obs_shape=(2,)):
+  obs_spec = ArraySpec(obs_shape, "float32")
+  act_spec = ArraySpec((), "int32", num_values=2)
+  agent = RecordingAgent(obs_spec, act_spec, num_train)
+  learner = Learner(agent, obs_spec, act_spec, num_train, num_eval,
+                    LearnerConfig(frame_stack=frame_stack))
+  return learner, agent
+
+
+def test_core_state_and_prev_action_reset_at_episode_end_and_restart():
+  learner, agent = _learner()
+  ids = [0, 1]
+  learner._infer([_batch(ids, [5, 6], [[1, 1], [2, 2]])])
+  learner._infer([_batch(ids, [5, 6], [[1, 1], [2, 2]])])
+  np.testing.assert_array_equal(agent.calls[-1].core_state[0][:, 0], [1, 1])
+  np.testing.assert_array_equal(agent.calls[-1].prev_action, [0, 1])
+  # env 0 terminates; env 1's actor restarted (new run id).
+  learner._infer([_batch(ids, [5, 7], [[1, 1], [2, 2]], terminated=[True,
+                                                                   False])])
+  call = agent.calls[-1]
+  np.testing.assert_array_equal(call.core_state[0][:, 0], [0, 0])
+  np.testing.assert_array_equal(call.prev_action, [0, 0])
+  np.testing.assert_array_equal(call.done, [True, True])
+  learner.shutdown()
+
+
+def test_truncation_values_final_observation_with_pre_reset_state():
+  learner, agent = _learner()
+  ids = [0, 1]
+  learner._infer([_batch(ids, [5, 6], [[1, 1], [2, 2]])])
+  learner._infer([_batch(ids, [5, 6], [[1, 1], [2, 2]])])
+  learner._infer([_batch(ids, [5, 6], [[3, 3], [4, 4]], reward=[1., 2.],
+                         truncated=[False, True], final_obs=[[10, 20]])])
+  call = agent.calls[-1]
+  # Two main rows plus env 1's final observation with its old state.
+  np.testing.assert_array_equal(call.env_ids, [0, 1, 1])
+  np.testing.assert_array_equal(call.observation[2], [10, 20])
+  np.testing.assert_array_equal(call.core_state[0][:, 0], [2, 0, 2])
+  np.testing.assert_array_equal(call.done, [False, True, False])
+  # The unroll (3 steps + 1) completes on the next call for both envs.
+  learner._infer([_batch(ids, [5, 6], [[1, 1], [2, 2]])])
+  (unroll,) = agent.unrolls
+  np.testing.assert_array_equal(unroll.env_ids, [0, 1])
+  np.testing.assert_array_equal(unroll.truncated[:, 2], [False, True])
+  np.testing.assert_array_equal(unroll.bootstrap_value[:, 2], [0., 30.])
+  np.testing.assert_array_equal(unroll.reward[:, 2], [1., 2.])
+  np.testing.assert_array_equal(unroll.value[1], [4., 4., 8., 4.])
+  np.testing.assert_array_equal(unroll.core_state[0][:, 0], [0, 0])
+  assert unroll.extras["logits"].shape == (2, 4, 2)
+  learner.shutdown()
+
+
+def test_restart_drops_partial_unroll_and_eval_envs_make_none():
+  learner, agent = _learner(num_train=1, num_eval=1)
+  for _ in range(2):
+    learner._infer([_batch([0], [1], [[0, 0]]), _batch([1], [2], [[0, 0]])])
+  # Env 0's actor restarts: its two buffered steps are dropped.
+  for _ in range(3):
+    learner._infer([_batch([0], [9], [[0, 0]]), _batch([1], [2], [[0, 0]])])
+  assert not agent.unrolls
+  learner._infer([_batch([0], [9], [[0, 0]]), _batch([1], [2], [[0, 0]])])
+  (unroll,) = agent.unrolls
+  np.testing.assert_array_equal(unroll.env_ids, [0])  # never eval env 1
+  np.testing.assert_array_equal(agent.calls[-1].eval_mask, [False, True])
+  assert learner.env_steps == 6
+  learner.shutdown()
+
+
+def test_frame_stacking_zeroes_history_at_episode_start():
+  learner, agent = _learner(num_train=1, frame_stack=3, obs_shape=(1,))
+  for t, term in [(1, False), (2, False), (3, False), (4, True), (5, False)]:
+    learner._infer([_batch([0], [1], [[t]], terminated=[term])])
+  stacks = [c.observation[0, 0].tolist() for c in agent.calls]
+  assert stacks == [[0, 0, 1], [0, 1, 2], [1, 2, 3], [0, 0, 4], [0, 4, 5]]
+  learner.shutdown()
+
+
+def test_several_actor_batches_split_actions_back_in_order():
+  learner, _ = _learner(num_train=5)
+  out = learner._infer([_batch([0, 1], [1, 1], [[0, 0]] * 2),
+                        _batch([2, 3, 4], [1, 1, 1], [[0, 0]] * 3)])
+  assert [a.tolist() for a in out] == [[0, 1], [0, 1, 0]]
+  learner.shutdown()
