@@ -12,7 +12,11 @@ import gin
 
 def configurable_names() -> list:
   # gin 0.5 keeps its registry private; it is the only source for the list.
-  return sorted(name for name in gin.config._REGISTRY.keys())  # pylint: disable=protected-access
+  # Module-path names shown by their last part, as bindings use them;
+  # explicitly named ones ('classic.create_environment') in full.
+  names = (name for name, _ in gin.config._REGISTRY.items())  # pylint: disable=protected-access
+  return sorted({name.rsplit(".", 1)[-1] if name.startswith("seed_rl.")
+                 else name for name in names if not name.startswith("gin.")})
 
 
 def parse(config_files: Sequence[str], bindings: Sequence[str],
@@ -30,8 +34,7 @@ def parse(config_files: Sequence[str], bindings: Sequence[str],
     gin.parse_config_files_and_bindings(list(config_files), bindings,
                                         skip_unknown=skip_unknown)
   except (ValueError, SyntaxError, tokenize.TokenError) as e:
-    known = ", ".join(n for n in configurable_names()
-                      if not n.startswith(("gin.", "tf.", "keras.")))
+    known = ", ".join(configurable_names())
     raise ValueError(f"bad gin configuration: {e}\nconfigurables you can "
                      f"bind: {known}") from None
 

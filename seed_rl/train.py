@@ -78,6 +78,8 @@ def build_parser(flags_only: bool = False) -> argparse.ArgumentParser:
   p.add_argument("--tensorboard_port", type=int, default=6006)
   p.add_argument("--port", type=int, default=0, help="0 picks a free port")
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--actor_stats_dir", default=None,
+                 help="actors write throughput stats (JSON) here every 5 s")
   return p
 
 
@@ -100,6 +102,8 @@ def main(argv=None) -> int:
   if args.num_actors < 1 or args.envs_per_actor < 1:
     print("error: NUM_ACTORS and ENVS_PER_ACTOR must be >= 1", file=sys.stderr)
     return 2
+  if args.actor_stats_dir:
+    os.makedirs(args.actor_stats_dir, exist_ok=True)
   port = args.port or _free_port()
   address = f"localhost:{port}"
   py = sys.executable
@@ -129,7 +133,10 @@ def main(argv=None) -> int:
   for i in range(args.num_actors + args.num_eval_actors):
     spawn([py, "-m", "seed_rl.actors.main", "--env", args.env,
            "--actor_id", str(i), "--num_envs", str(args.envs_per_actor),
-           "--server_address", address, "--seed", str(args.seed)] + gin_args,
+           "--server_address", address, "--seed", str(args.seed)] + gin_args +
+          (["--stats_file", os.path.join(args.actor_stats_dir,
+                                         f"actor_{i}.json"),
+            "--log_interval_s", "5"] if args.actor_stats_dir else []),
           f"actor {i}")
   if args.tensorboard:
     logdir = _forwarded(extra, ("--logdir",))

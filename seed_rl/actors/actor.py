@@ -8,7 +8,9 @@ and receives the next actions for all K envs.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -39,6 +41,8 @@ class ActorSummary:
   env_steps: int
   episodes: int
   mean_return: float
+  env_seconds: float = 0.0
+  learner_seconds: float = 0.0
 
 
 def check_actions(actions: Any, spec: ArraySpec, num_envs: int) -> None:
@@ -69,7 +73,8 @@ def run_actor(server_address: str, actor_id: int, num_envs: int,
               max_steps: Optional[int] = None,
               stop_event: Optional[threading.Event] = None,
               client_factory: Optional[ClientFactory] = None,
-              log_interval_s: float = 30.0) -> ActorSummary:
+              log_interval_s: float = 30.0,
+              stats_path: Optional[str] = None) -> ActorSummary:
   """Runs one actor until `max_steps`, `stop_event` or an error.
 
   Args:
@@ -85,6 +90,8 @@ def run_actor(server_address: str, actor_id: int, num_envs: int,
     client_factory: ActorClient-compatible constructor (address, actor_id,
       num_envs, observation_spec, action_spec); default the gRPC ActorClient.
     log_interval_s: how often to log throughput.
+    stats_path: if set, throughput stats are also written there (JSON) at
+      every log interval.
 
   Returns:
     An ActorSummary.
@@ -110,7 +117,8 @@ def run_actor(server_address: str, actor_id: int, num_envs: int,
     client = client_factory(server_address, actor_id, num_envs,
                             env.observation_spec, env.action_spec)
     client.connect()
-    return _loop(env, client, actor_id, max_steps, stop_event, log_interval_s)
+    return _loop(env, client, actor_id, max_steps, stop_event, log_interval_s,
+                 stats_path)
   finally:
     try:
       if client is not None:
@@ -121,7 +129,7 @@ def run_actor(server_address: str, actor_id: int, num_envs: int,
 
 def _loop(env: BatchedEnv, client, actor_id: int, max_steps: Optional[int],
           stop_event: Optional[threading.Event],
-          log_interval_s: float) -> ActorSummary:
+          log_interval_s: float, stats_path: Optional[str]) -> ActorSummary:
   k = env.num_envs
   first_env_id = int(client.first_env_id)
   if first_env_id != actor_id * k:
@@ -144,8 +152,9 @@ def _loop(env: BatchedEnv, client, actor_id: int, max_steps: Optional[int],
   tracker = EpisodeTracker(k)
 
   steps = episodes = 0
-  return_sum = 0.0
-  last_log_time, last_log_steps = time.monotonic(), 0
+  return_sum = env_s = learner_s = 0.0
+  start = last_log_time = time.monotonic()
+  last_log_steps = 0
   while max_steps is None or steps < max_steps:
     if stop_event is not None and stop_event.is_set():
       break
@@ -155,9 +164,13 @@ def _loop(env: BatchedEnv, client, actor_id: int, max_steps: Optional[int],
                       final_observation=final_observation,
                       episode_return=episode_return,
                       episode_length=episode_length)
+    t0 = time.perf_counter()
     actions = client.step(batch)
+    t1 = time.perf_counter()
     check_actions(actions, env.action_spec, k)
     result = env.step(actions)
+    learner_s += t1 - t0
+    env_s += time.perf_counter() - t1
     steps += 1
     episode_return, episode_length = tracker.update(
         result.reward, result.terminated, result.truncated)
@@ -170,9 +183,27 @@ def _loop(env: BatchedEnv, client, actor_id: int, max_steps: Optional[int],
     now = time.monotonic()
     if now - last_log_time >= log_interval_s:
       rate = (steps - last_log_steps) * k / (now - last_log_time)
-      logging.info("actor %d: %.0f env steps/s, %d episodes, mean return %.2f",
-                   actor_id, rate, episodes, return_sum / max(episodes, 1))
+      busy = max(env_s + learner_s, 1e-9)
+      logging.info("actor %d: %.0f env steps/s (env %.0f%%, waiting for the "
+                   "learner %.0f%%), %d episodes, mean return %.2f", actor_id,
+                   rate, 100 * env_s / busy, 100 * learner_s / busy, episodes,
+                   return_sum / max(episodes, 1))
       last_log_time, last_log_steps = now, steps
+      if stats_path:
+        _write_stats(stats_path, steps * k, now - start, env_s, learner_s)
   return ActorSummary(steps=steps, env_steps=steps * k, episodes=episodes,
                       mean_return=(return_sum / episodes if episodes
-                                   else float("nan")))
+                                   else float("nan")),
+                      env_seconds=env_s, learner_seconds=learner_s)
+
+
+def _write_stats(path: str, env_steps: int, seconds: float, env_s: float,
+                 learner_s: float) -> None:
+  """Atomically writes throughput stats (read by benchmarks/throughput.py)."""
+  stats = {"env_steps": env_steps, "seconds": round(seconds, 3),
+           "env_s": round(env_s, 3), "learner_wait_s": round(learner_s, 3),
+           "cpu_s": round(time.process_time(), 3)}
+  tmp = f"{path}.tmp"
+  with open(tmp, "w") as f:
+    json.dump(stats, f)
+  os.replace(tmp, path)

@@ -68,6 +68,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
   parser.add_argument("--max_steps", type=int, default=None,
                       help="stop after this many batched steps")
   parser.add_argument("--log_interval_s", type=float, default=30.0)
+  parser.add_argument("--stats_file", default=None,
+                      help="write throughput stats (JSON) here every "
+                      "--log_interval_s seconds")
   args = parser.parse_args(argv)
   if args.num_envs < 1:
     parser.error(f"--num_envs must be >= 1, got {args.num_envs}")
@@ -99,7 +102,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary = run_actor(args.server_address, args.actor_id, args.num_envs,
                         ENV_FACTORIES[args.env], args.seed,
                         max_steps=args.max_steps, stop_event=stop_event,
-                        log_interval_s=args.log_interval_s)
+                        log_interval_s=args.log_interval_s,
+                        stats_path=args.stats_file)
     logging.info("actor %d done: %s", args.actor_id, summary)
   except _Stopped as e:
     logging.info("actor %d stopped by %s; envs closed", args.actor_id, e)

@@ -106,6 +106,7 @@ class Learner:
     self.solved_at_s: Optional[float] = None  # seconds into run()
     # CPU seconds by role (time.thread_time of the thread doing the work).
     self.cpu_seconds = {"inference": 0.0, "act": 0.0, "training": 0.0}
+    self.ticks: List[Dict[str, float]] = []  # one per progress line
     batch_size = self.config.inference_batch_size or self.num_envs
     self._batcher = DynamicBatcher(self._infer, batch_size,
                                    self.config.batch_timeout_ms / 1000.0,
@@ -288,6 +289,11 @@ class Learner:
       metrics_lib.log(metrics_lib.progress_line(
           now - start, learner_steps, self.env_steps, steps_per_s, recent,
           self.episodes.episodes, extra))
+      self.ticks.append({"t": now - start, "env_steps": self.env_steps,
+                         "learner_steps": learner_steps,
+                         "process_cpu_s": time.process_time(),
+                         **{f"{k}_cpu_s": v
+                            for k, v in self.cpu_seconds.items()}})
       last_t, last_steps = now, self.env_steps
       last_batches = self._batcher.batches_run
       last_envs = self._batcher.envs_served
@@ -335,6 +341,26 @@ class Learner:
       self._save()
     if self._writer:
       self._writer.close()
+
+
+def steady_state(ticks: List[Dict[str, float]]) -> Dict[str, float]:
+  """Rates over the second half of a run (start-up and compilation excluded).
+
+  Returns env/learner steps per second and the CPU cores used per role
+  (CPU seconds per wall second) between the middle tick and the last one.
+  """
+  if len(ticks) < 2:
+    return {}
+  a, b = ticks[len(ticks) // 2 - (len(ticks) == 2)], ticks[-1]
+  dt = max(b["t"] - a["t"], 1e-9)
+  out = {"window_s": round(dt, 2),
+         "env_steps_per_s": round((b["env_steps"] - a["env_steps"]) / dt, 1),
+         "learner_steps_per_s": round(
+             (b["learner_steps"] - a["learner_steps"]) / dt, 3)}
+  for key in a:
+    if key.endswith("cpu_s"):
+      out[f"cores/{key[:-len('_cpu_s')]}"] = round((b[key] - a[key]) / dt, 3)
+  return out
 
 
 def _to_unroll(rows: Dict[str, np.ndarray], num_core: int) -> Unroll:

@@ -1,0 +1,156 @@
+"""System throughput: env steps/s with training on vs. the same actors alone.
+
+    python benchmarks/throughput.py [--seconds 60] [--only cartpole|pong]
+
+For each setup it runs, one after the other on this machine:
+  1. random: the same number of actor processes with the same batched envs,
+     stepping with uniformly random actions, no learner, no gRPC;
+  2. system: `python -m seed_rl.train` (learner with training on + actors).
+It prints one JSON line per setup with both rates, their ratio, and where
+the cores' time went: per actor, stepping envs vs waiting for the learner
+(which includes gRPC); in the learner, CPU cores used by the inference thread
+(of which `act`, the batched forward pass), the training thread and the rest
+of the process (gRPC threads, TensorFlow's thread pools). Rates are measured
+over the second half of each run, so start-up and tf.function tracing are
+excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SETUPS = {
+    "cartpole": {"env": "classic", "agent": "vtrace", "actors": 2, "k": 16},
+    "pong": {"env": "atari", "agent": "vtrace", "actors": 2, "k": 16},
+}
+
+
+def _random_actor(env: str, agent: str, k: int, seed: int, seconds: float,
+                  queue) -> None:
+  import gin  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from seed_rl import registry  # pylint: disable=g-import-not-at-top
+  module = registry.env_module(env)
+  gin.parse_config_files_and_bindings([registry.gin_file(env, agent)], [],
+                                      skip_unknown=True)
+  batched = module.create_environment(num_envs=k, seed=seed)
+  spec = batched.action_spec
+  rng = np.random.default_rng(seed)
+  batched.reset()
+
+  def actions():
+    if spec.is_discrete:
+      return rng.integers(0, spec.num_values, size=k).astype(spec.dtype)
+    return rng.uniform(spec.minimum, spec.maximum,
+                       size=(k,) + spec.shape).astype(spec.dtype)
+
+  for _ in range(20):  # warm-up
+    batched.step(actions())
+  steps, start = 0, time.monotonic()
+  while time.monotonic() - start < seconds:
+    batched.step(actions())
+    steps += k
+  elapsed = time.monotonic() - start
+  batched.close()
+  queue.put((steps, elapsed, time.process_time()))
+
+
+def random_policy_rate(setup, seconds: float) -> float:
+  ctx = mp.get_context("forkserver")
+  queue = ctx.Queue()
+  procs = [ctx.Process(target=_random_actor,
+                       args=(setup["env"], setup["agent"], setup["k"], i,
+                             seconds, queue))
+           for i in range(setup["actors"])]
+  for p in procs:
+    p.start()
+  results = [queue.get(timeout=seconds + 120) for _ in procs]
+  for p in procs:
+    p.join()
+  return sum(s / e for s, e, _ in results)
+
+
+def system_rate(setup, seconds: float):
+  logdir = tempfile.mkdtemp(prefix="throughput-")
+  stats_dir = os.path.join(logdir, "actors")
+  cmd = [sys.executable, "-m", "seed_rl.train", setup["env"], setup["agent"],
+         str(setup["actors"]), str(setup["k"]), "--logdir", logdir,
+         "--max_seconds", str(seconds), "--actor_stats_dir", stats_dir,
+         "--gin_bindings", "LearnerConfig.stop_at_target = False"]
+  subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+  with open(os.path.join(logdir, "result.json")) as f:
+    result = json.load(f)
+  actors = []
+  for name in sorted(os.listdir(stats_dir)):
+    if name.endswith(".json"):
+      with open(os.path.join(stats_dir, name)) as f:
+        actors.append(json.load(f))
+  return result, actors
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("--seconds", type=float, default=60.0,
+                 help="length of each system run (random runs: a third)")
+  p.add_argument("--only", choices=sorted(SETUPS), default=None)
+  p.add_argument("--actors", type=int, default=None)
+  p.add_argument("--envs_per_actor", type=int, default=None)
+  args = p.parse_args(argv)
+  for name, setup in SETUPS.items():
+    if args.only and name != args.only:
+      continue
+    setup = dict(setup)
+    setup["actors"] = args.actors or setup["actors"]
+    setup["k"] = args.envs_per_actor or setup["k"]
+    random_rate = random_policy_rate(setup, max(10.0, args.seconds / 3))
+    result, actors = system_rate(setup, args.seconds)
+    steady = result.get("steady_state", {})
+    system = steady.get("env_steps_per_s", 0.0)
+    busy = [a["env_s"] + a["learner_wait_s"] for a in actors]
+    out = {
+        "setup": name, "env": setup["env"], "agent": setup["agent"],
+        "actors": setup["actors"], "envs_per_actor": setup["k"],
+        "cpus": os.cpu_count(),
+        "random_policy_env_steps_per_s": round(random_rate, 1),
+        "system_env_steps_per_s": system,
+        "ratio_system_to_random": round(system / max(random_rate, 1e-9), 3),
+        "learner_steps_per_s": steady.get("learner_steps_per_s"),
+        "learner_cores": {
+            "process": steady.get("cores/process"),
+            "inference_thread": steady.get("cores/inference"),
+            "of_which_act": steady.get("cores/act"),
+            "training_thread": steady.get("cores/training"),
+            "grpc_and_tf_pools": (
+                round(steady["cores/process"] - steady["cores/inference"] -
+                      steady["cores/training"], 3)
+                if "cores/process" in steady else None),
+        },
+        "actor_time_share": {
+            "env": round(sum(a["env_s"] for a in actors) /
+                         max(sum(busy), 1e-9), 3),
+            "waiting_for_learner_incl_grpc": round(
+                sum(a["learner_wait_s"] for a in actors) /
+                max(sum(busy), 1e-9), 3),
+        },
+        "actor_cores": round(sum(a["cpu_s"] / max(a["seconds"], 1e-9)
+                                 for a in actors), 3),
+        "window_s": steady.get("window_s"),
+    }
+    print(json.dumps(out), flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

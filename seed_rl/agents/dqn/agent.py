@@ -1,0 +1,329 @@
+"""The DQN-family agent (double, dueling, n-step, prioritized, NoisyNet) as the
+learner runtime drives it.
+
+Data flow: `act` (inference thread) picks epsilon-greedy actions from the
+online network; `add_unrolls` (inference thread) cuts the unrolls into n-step
+transitions, stores them in replay at the current max priority and applies
+the rate limiter's back-pressure; `train_step` (training thread) samples,
+minimises the importance-weighted TD loss, writes |TD error| back as
+priorities and syncs the target network every `target_update_period` steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from seed_rl.agents.dqn import networks
+from seed_rl.agents.dqn import targets as targets_lib
+from seed_rl.agents.dqn.config import DQNConfig
+from seed_rl.common import optimizers
+from seed_rl.common import replay as replay_lib
+from seed_rl.common import value_rescaling
+from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
+from seed_rl.common.specs import ArraySpec
+
+
+class DQNAgent(Agent):
+  """DQN with the Rainbow options minus distributional RL, on replay."""
+
+  def __init__(self, observation_spec: ArraySpec, action_spec: ArraySpec,
+               num_envs: int, config: Optional[DQNConfig] = None):
+    super().__init__(observation_spec, action_spec, num_envs)
+    if not action_spec.is_discrete or action_spec.shape != ():
+      raise ValueError(f"DQN needs a scalar discrete action spec (num_values "
+                       f"set, shape ()), got shape {list(action_spec.shape)} "
+                       f"num_values {action_spec.num_values}")
+    cfg = self.config = config if config is not None else DQNConfig()
+    self.unroll_length = cfg.unroll_length
+    self.unroll_overlap = cfg.unroll_overlap
+    self.num_actions = int(action_spec.num_values)
+    self._online = self._make_network("dqn_online")
+    self._target = self._make_network("dqn_target")
+    self._optimizer = optimizers.make_optimizer(
+        "adam", cfg.learning_rate, epsilon=cfg.adam_epsilon,
+        max_grad_norm=cfg.max_grad_norm)
+    # Slots exist before any restore, so a checkpoint loads immediately.
+    self._optimizer.build(self._online.trainable_variables)
+    self._step_counter = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                     name="learner_step")
+    self._replay = replay_lib.PrioritizedReplay(
+        cfg.replay_capacity, priority_exponent=cfg.priority_exponent,
+        importance_sampling_exponent=cfg.importance_sampling_exponent,
+        uniform=not cfg.prioritized, seed=cfg.seed)
+    transitions_per_round = num_envs * (cfg.unroll_length + 1 - cfg.n_step)
+    error_buffer = cfg.rate_limiter_error_buffer
+    if error_buffer is None:
+      error_buffer = max(float(cfg.batch_size),
+                         cfg.samples_per_insert * transitions_per_round)
+    self._limiter = replay_lib.RateLimiter(
+        cfg.samples_per_insert, cfg.min_replay_size, error_buffer)
+    self._rng = np.random.default_rng(cfg.seed)
+    self._act_fn = self._make_act_fn()
+    self._train_fn = self._make_train_fn()
+    self._sync_target()
+
+  def _make_network(self, name: str) -> networks.QNetwork:
+    cfg = self.config
+    network = networks.QNetwork(
+        cfg.torso, self.num_actions, head_hidden=cfg.head_hidden,
+        dueling=cfg.dueling, noisy=cfg.noisy, noisy_sigma0=cfg.noisy_sigma0,
+        name=name)
+    networks.build_q_network(network, self.observation_spec)
+    return network
+
+  # ---- Agent API ---------------------------------------------------------
+
+  @property
+  def step_counter(self) -> tf.Variable:
+    return self._step_counter
+
+  @property
+  def online_network(self) -> networks.QNetwork:
+    return self._online
+
+  @property
+  def target_network(self) -> networks.QNetwork:
+    return self._target
+
+  @property
+  def replay(self) -> replay_lib.PrioritizedReplay:
+    return self._replay
+
+  @property
+  def rate_limiter(self) -> replay_lib.RateLimiter:
+    return self._limiter
+
+  def epsilon(self, learner_step: Optional[int] = None) -> float:
+    """Exploration epsilon, linear in learner steps."""
+    cfg = self.config
+    if learner_step is None:
+      learner_step = int(self._step_counter.numpy())
+    fraction = min(1.0, learner_step / cfg.epsilon_decay_steps)
+    return cfg.epsilon_start + fraction * (cfg.epsilon_end - cfg.epsilon_start)
+
+  def importance_sampling_exponent(self, learner_step: int) -> float:
+    """beta, linear from its initial value to 1 at total_learner_steps."""
+    cfg = self.config
+    fraction = min(1.0, learner_step / cfg.total_learner_steps)
+    beta0 = cfg.importance_sampling_exponent
+    return beta0 + fraction * (1.0 - beta0)
+
+  def act(self, inputs: ActInputs) -> ActOutputs:
+    batch_size = int(inputs.observation.shape[0])
+    self.observation_spec.check_batch(inputs.observation, batch_size,
+                                      "ActInputs.observation")
+    eval_mask = np.asarray(inputs.eval_mask, bool)
+    if eval_mask.shape != (batch_size,):
+      raise ValueError(f"ActInputs.eval_mask: shape {list(eval_mask.shape)}, "
+                       f"expected [{batch_size}]")
+    q_explore, q_greedy = (q.numpy() for q in self._act_fn(inputs.observation))
+    # Evaluation rows act on the noise-free Q (identical without NoisyNet).
+    q = np.where(eval_mask[:, None], q_greedy, q_explore)
+    action = np.argmax(q, axis=-1)
+    explore = (self._rng.random(batch_size) < self.epsilon()) & ~eval_mask
+    action = np.where(explore,
+                      self._rng.integers(0, self.num_actions, batch_size),
+                      action)
+    value = q.max(axis=-1)
+    if self.config.value_rescaling:
+      # The runtime bootstraps truncated episodes from this value, so it is
+      # given in return units, like the n-step returns it is added to.
+      value = value_rescaling.h_inv(value, self.config.value_rescaling_eps)
+    return ActOutputs(action=action.astype(self.action_spec.dtype),
+                      value=np.asarray(value, np.float32), extras={},
+                      core_state=())
+
+  def add_unrolls(self, unrolls: Unroll) -> None:
+    self._check_unroll(unrolls)
+    items = self.unrolls_to_transitions(unrolls)
+    num = int(items["action"].shape[0])
+    # Insert first, then wait: the limiter never counts transitions the
+    # replay does not hold yet, and acting still pauses while training lags.
+    self._replay.insert(items)
+    self._limiter.await_insert(num)
+
+  def unrolls_to_transitions(self, unrolls: Unroll) -> Dict[str, np.ndarray]:
+    """The n-step transitions starting at steps 0..T-n of each unroll.
+
+    Consecutive unrolls overlap by n steps, so every env step starts exactly
+    one stored transition. Returns name -> [B * (T+1-n), ...], batch-major
+    (env 0's transitions first, in time order).
+    """
+    cfg = self.config
+    reward = np.asarray(unrolls.reward, np.float32)
+    if cfg.clip_rewards:
+      reward = np.clip(reward, -1.0, 1.0)
+    returns, discount, index = targets_lib.nstep_transitions(
+        reward.T, unrolls.terminated.T, unrolls.truncated.T,
+        np.asarray(unrolls.bootstrap_value, np.float32).T, cfg.discount,
+        cfg.n_step)
+    batch, starts = unrolls.batch_size, returns.shape[0]
+    rows = np.arange(batch)[:, None]
+
+    def flat(x):
+      return x.reshape((batch * starts,) + x.shape[2:])
+
+    return {
+        "observation": flat(unrolls.observation[:, :starts]),
+        "action": flat(unrolls.action[:, :starts]).astype(np.int32),
+        "return": flat(returns.T),
+        "discount": flat(discount.T),
+        "next_observation": flat(unrolls.observation[rows, index.T]),
+        "policy_version": flat(
+            np.asarray(unrolls.policy_version[:, :starts], np.int64)),
+    }
+
+  def train_step(self) -> Mapping[str, float]:
+    cfg = self.config
+    if not self._limiter.await_sample(cfg.batch_size):
+      return {}
+    step = int(self._step_counter.numpy())
+    beta = self.importance_sampling_exponent(step)
+    self._replay.set_importance_sampling_exponent(beta)
+    keys, items, weights = self._replay.sample(cfg.batch_size)
+    td_error, metrics = self._train_fn(
+        items["observation"], items["action"], items["return"],
+        items["discount"], items["next_observation"], weights)
+    td_error = td_error.numpy()
+    if cfg.prioritized:
+      self._replay.update_priorities(keys,
+                                     np.abs(td_error) + cfg.priority_epsilon)
+    if (step + 1) % cfg.target_update_period == 0:
+      self._sync_target()
+    result = {name: float(value) for name, value in metrics.items()}
+    result.update(self._limiter.metrics())
+    result.update({
+        "replay/size": float(len(self._replay)),
+        "replay/beta": beta,
+        "replay/priority_max": self._replay.max_priority,
+        "dqn/epsilon": self.epsilon(step),
+        # With replay this is the age of the sampled data in learner steps
+        # (about replay_capacity / 2 / env steps per learner step when full).
+        "perf/policy_lag": step - float(np.mean(items["policy_version"])),
+    })
+    return result
+
+  def checkpoint_objects(self) -> Dict[str, Any]:
+    # Replay contents are not checkpointed: a restored run refills replay
+    # (min_replay_size transitions) before training resumes.
+    # The variable lists are explicit because tf.train.Checkpoint does not
+    # follow Keras 3 layers kept in Python lists (e.g. a torso's conv stack):
+    # without them the target network could restore only partly.
+    return {"online_network": self._online, "target_network": self._target,
+            "online_variables": list(self._online.variables),
+            "target_variables": list(self._target.trainable_variables),
+            "optimizer": self._optimizer, "step": self._step_counter}
+
+  def stop(self) -> None:
+    self._limiter.stop()
+
+  # ---- compiled functions ------------------------------------------------
+
+  def _sync_target(self) -> None:
+    """Copies the online weights (not the NoisyNet noise) to the target."""
+    for target, online in zip(self._target.trainable_variables,
+                              self._online.trainable_variables):
+      target.assign(online)
+
+  def _make_act_fn(self):
+    obs_spec = self.observation_spec
+    online, noisy = self._online, self.config.noisy is not None
+
+    @tf.function(input_signature=[
+        tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype)])
+    def act_fn(observation):
+      q = online(observation)
+      q_greedy = online(observation, deterministic=True) if noisy else q
+      return q, q_greedy
+
+    return act_fn
+
+  def _make_train_fn(self):
+    cfg = self.config
+    obs_spec, b = self.observation_spec, cfg.batch_size
+    obs_signature = tf.TensorSpec((b,) + obs_spec.shape, obs_spec.dtype)
+    online, target = self._online, self._target
+    optimizer, step_counter = self._optimizer, self._step_counter
+    noisy = cfg.noisy is not None
+
+    @tf.function(input_signature=[
+        obs_signature, tf.TensorSpec([b], tf.int32),
+        tf.TensorSpec([b], tf.float32), tf.TensorSpec([b], tf.float32),
+        obs_signature, tf.TensorSpec([b], tf.float32)])
+    def train_fn(observation, action, returns, discount, next_observation,
+                 weights):
+      if noisy:
+        # Fresh noise per learner step, independent for the two networks.
+        online.reset_noise()
+        target.reset_noise()
+      variables = online.trainable_variables
+      target_q_next = target(next_observation)
+      with tf.GradientTape() as tape:
+        # One pass over s and s' (same noise sample, half the calls).
+        q_all = online(tf.concat([observation, next_observation], axis=0))
+        q, online_q_next = q_all[:b], q_all[b:]
+        q_taken = tf.reduce_sum(
+            q * tf.one_hot(action, self.num_actions, dtype=q.dtype), axis=-1)
+        target_value = targets_lib.transition_targets(
+            returns, discount, tf.stop_gradient(online_q_next), target_q_next,
+            double_q=cfg.double_q, rescale=cfg.value_rescaling,
+            eps=cfg.value_rescaling_eps)
+        td_error = target_value - q_taken
+        abs_td = tf.abs(td_error)
+        if cfg.huber_loss:
+          quadratic = tf.minimum(abs_td, cfg.huber_delta)
+          per_item = 0.5 * quadratic ** 2 + cfg.huber_delta * (
+              abs_td - quadratic)
+        else:
+          per_item = 0.5 * td_error ** 2
+        loss = tf.reduce_mean(weights * per_item)
+      gradients = tape.gradient(loss, variables)
+      optimizer.apply_gradients(zip(gradients, variables))
+      step_counter.assign_add(1)
+      metrics = {
+          "loss/td": loss,
+          "loss/abs_td_error": tf.reduce_mean(abs_td),
+          "loss/grad_norm": tf.linalg.global_norm(gradients),
+          "dqn/q_taken": tf.reduce_mean(q_taken),
+          "dqn/target": tf.reduce_mean(target_value),
+          "replay/importance_weight_mean": tf.reduce_mean(weights),
+      }
+      return td_error, metrics
+
+    return train_fn
+
+  # ---- validation --------------------------------------------------------
+
+  def _check_unroll(self, unroll: Unroll) -> None:
+    b, t1 = unroll.batch_size, self.unroll_length + 1
+
+    def check(name, array, shape, dtype=None):
+      array = np.asarray(array)
+      if tuple(array.shape) != tuple(shape):
+        raise ValueError(f"Unroll.{name}: shape {list(array.shape)}, expected "
+                         f"{list(shape)} (batch {b}, unroll_length + 1 = {t1})")
+      if dtype is not None and array.dtype != np.dtype(dtype):
+        raise ValueError(f"Unroll.{name}: dtype {array.dtype.name}, expected "
+                         f"{np.dtype(dtype).name}")
+
+    check("observation", unroll.observation,
+          (b, t1) + self.observation_spec.shape, self.observation_spec.dtype)
+    check("action", unroll.action, (b, t1))
+    for name in ("reward", "bootstrap_value", "policy_version"):
+      check(name, getattr(unroll, name), (b, t1))
+    for name in ("terminated", "truncated"):
+      check(name, getattr(unroll, name), (b, t1), np.bool_)
+    action = np.asarray(unroll.action)
+    if action.size and (action.min() < 0 or action.max() >= self.num_actions):
+      raise ValueError(f"Unroll.action: values must lie in [0, "
+                       f"{self.num_actions}), got range [{action.min()}, "
+                       f"{action.max()}]")
+
+
+def create_agent(observation_spec: ArraySpec, action_spec: ArraySpec,
+                 num_envs: int) -> DQNAgent:
+  """Builds the agent with the gin-bound DQNConfig."""
+  return DQNAgent(observation_spec, action_spec, num_envs, DQNConfig())

@@ -1,0 +1,195 @@
+"""Hyperparameters of the DQN family (double, dueling, n-step, PER, noisy)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional, Tuple
+
+import gin
+import keras
+
+from seed_rl.classic.networks import mlp_torso
+from seed_rl.common import noisy as noisy_lib
+
+_NOISY = (None,) + noisy_lib.NOISE_TYPES
+
+
+@gin.configurable
+@dataclasses.dataclass
+class DQNConfig:
+  """DQN agent settings; validated on construction.
+
+  Defaults target CartPole-v1 with 16 envs on 2 CPU cores (Rainbow-lite:
+  double + dueling + 3-step + prioritized replay, a 64-64 MLP, Adam at 5e-4).
+  Schedules (epsilon, beta) run in LEARNER steps: the step counter is
+  checkpointed, and the rate limiter ties learner steps to env steps
+  (env steps per learner step = batch_size / samples_per_insert).
+
+  Attributes:
+    torso: factory of the observation torso (mlp_torso, atari_torso).
+    head_hidden: hidden layer widths of the Q head (of each stream when
+      dueling); () puts the output layer right on the torso features.
+    dueling: V(s) + A(s, a) - mean_a A(s, a) head (Wang et al. 2016).
+    noisy: None, 'ig' or 'fg' NoisyNet head layers (Fortunato et al. 2017);
+      exploration then comes from the noise and epsilon must be 0.
+    noisy_sigma0: noise scale; None for the paper's default of the type.
+    double_q: bootstrap with Q_target(s', argmax_a Q_online(s', a)).
+    n_step: transitions span n rewards.
+    discount: gamma per agent step.
+    clip_rewards: clip each reward to [-1, 1] before summing n-step returns
+      (DQN on Atari, Mnih et al. 2015); value rescaling is the alternative.
+    value_rescaling: regress h(target) (Pohlen et al. 2018).
+    value_rescaling_eps: eps of h.
+    huber_loss: Huber (delta huber_delta) instead of squared TD error.
+    huber_delta: Huber threshold, in target units.
+    replay_capacity: stored transitions (FIFO beyond it).
+    prioritized: proportional prioritized replay; False samples uniformly.
+    priority_exponent: alpha.
+    importance_sampling_exponent: beta at step 0, linearly annealed to 1 at
+      total_learner_steps.
+    priority_epsilon: added to |TD error| so no priority is 0.
+    total_learner_steps: length of the beta schedule (learner steps).
+    min_replay_size: transitions inserted before training starts.
+    samples_per_insert: sampled transitions per inserted one (replay ratio);
+      the rate limiter throttles acting or training to hold it.
+    rate_limiter_error_buffer: allowed drift from that ratio, in sampled
+      transitions; None picks max(batch_size, samples_per_insert * one
+      round of unrolls from every env).
+    batch_size: transitions per learner step.
+    learning_rate: Adam learning rate.
+    adam_epsilon: Adam's denominator epsilon.
+    max_grad_norm: global-norm gradient clip; None or 0 disables it.
+    target_update_period: learner steps between target-network syncs.
+    epsilon_start, epsilon_end: epsilon-greedy exploration, linear in
+      learner steps from start to end over epsilon_decay_steps (evaluation
+      envs act greedily).
+    epsilon_decay_steps: learner steps of the epsilon decay.
+    unroll_length: T; the runtime hands unrolls of T+1 steps overlapping by
+      n_step steps, so each holds T+1-n_step new n-step transitions.
+    seed: seed of the replay sampler and the exploration generator.
+  """
+
+  torso: Callable[[], keras.layers.Layer] = mlp_torso
+  head_hidden: Tuple[int, ...] = (64,)
+  dueling: bool = True
+  noisy: Optional[str] = None
+  noisy_sigma0: Optional[float] = None
+  double_q: bool = True
+  n_step: int = 3
+  discount: float = 0.99
+  clip_rewards: bool = False
+  value_rescaling: bool = False
+  value_rescaling_eps: float = 1e-3
+  huber_loss: bool = True
+  huber_delta: float = 1.0
+  replay_capacity: int = 50_000
+  prioritized: bool = True
+  priority_exponent: float = 0.5
+  importance_sampling_exponent: float = 0.4
+  priority_epsilon: float = 1e-6
+  total_learner_steps: int = 20_000
+  min_replay_size: int = 1_000
+  samples_per_insert: float = 8.0
+  rate_limiter_error_buffer: Optional[float] = None
+  batch_size: int = 64
+  learning_rate: float = 5e-4
+  adam_epsilon: float = 1e-5
+  max_grad_norm: Optional[float] = 10.0
+  target_update_period: int = 250
+  epsilon_start: float = 1.0
+  epsilon_end: float = 0.01
+  epsilon_decay_steps: int = 4_000
+  unroll_length: int = 16
+  seed: Optional[int] = None
+
+  @property
+  def unroll_overlap(self) -> int:
+    """Steps shared by consecutive unrolls of an env: the n_step steps whose
+    transitions could not be completed in the previous unroll."""
+    return self.n_step
+
+  def __post_init__(self):
+    self.head_hidden = tuple(int(h) for h in self.head_hidden)
+    for name in ("n_step", "replay_capacity", "total_learner_steps",
+                 "min_replay_size", "batch_size", "target_update_period",
+                 "epsilon_decay_steps", "unroll_length"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"DQNConfig.{name} must be a positive integer, got "
+                         f"{value!r}")
+    if any(h < 1 for h in self.head_hidden):
+      raise ValueError(f"DQNConfig.head_hidden must hold positive layer "
+                       f"widths, got {self.head_hidden}")
+    if self.unroll_length < self.n_step:
+      raise ValueError(
+          f"DQNConfig.unroll_length ({self.unroll_length}) must be >= n_step "
+          f"({self.n_step}): an unroll of unroll_length + 1 steps overlapping "
+          f"the previous one by n_step steps would hold no new transition")
+    if not 0 < self.discount <= 1:
+      raise ValueError(f"DQNConfig.discount must be in (0, 1]; 0 would ignore "
+                       f"all future rewards, got {self.discount}")
+    if self.value_rescaling_eps < 0:
+      raise ValueError(f"DQNConfig.value_rescaling_eps must be >= 0 (h is not "
+                       f"invertible otherwise), got {self.value_rescaling_eps}")
+    if not self.huber_delta > 0:
+      raise ValueError(f"DQNConfig.huber_delta must be > 0, got "
+                       f"{self.huber_delta}")
+    if self.min_replay_size > self.replay_capacity:
+      raise ValueError(
+          f"DQNConfig.min_replay_size ({self.min_replay_size}) exceeds "
+          f"replay_capacity ({self.replay_capacity}): training would never "
+          f"start")
+    if self.min_replay_size < self.batch_size:
+      raise ValueError(
+          f"DQNConfig.min_replay_size ({self.min_replay_size}) must be >= "
+          f"batch_size ({self.batch_size}) so the first batch is not mostly "
+          f"duplicates")
+    if self.priority_exponent < 0:
+      raise ValueError(f"DQNConfig.priority_exponent must be >= 0, got "
+                       f"{self.priority_exponent}")
+    if not 0 <= self.importance_sampling_exponent <= 1:
+      raise ValueError(f"DQNConfig.importance_sampling_exponent must lie in "
+                       f"[0, 1], got {self.importance_sampling_exponent}")
+    if not self.priority_epsilon > 0:
+      raise ValueError(f"DQNConfig.priority_epsilon must be > 0 so a "
+                       f"perfectly fit transition can still be sampled, got "
+                       f"{self.priority_epsilon}")
+    if not self.samples_per_insert > 0:
+      raise ValueError(f"DQNConfig.samples_per_insert must be > 0 (0 would "
+                       f"never train), got {self.samples_per_insert}")
+    if (self.rate_limiter_error_buffer is not None
+        and 2 * self.rate_limiter_error_buffer < self.batch_size):
+      raise ValueError(
+          f"DQNConfig.rate_limiter_error_buffer "
+          f"({self.rate_limiter_error_buffer}) must be >= batch_size / 2 "
+          f"({self.batch_size / 2}), else acting and training can deadlock")
+    if not self.learning_rate > 0:
+      raise ValueError(f"DQNConfig.learning_rate must be > 0, got "
+                       f"{self.learning_rate}")
+    if not self.adam_epsilon > 0:
+      raise ValueError(f"DQNConfig.adam_epsilon must be > 0 (it guards a "
+                       f"division), got {self.adam_epsilon}")
+    if self.max_grad_norm is not None and self.max_grad_norm < 0:
+      raise ValueError(f"DQNConfig.max_grad_norm must be >= 0 (0 or None "
+                       f"disables clipping), got {self.max_grad_norm}")
+    for name in ("epsilon_start", "epsilon_end"):
+      if not 0 <= getattr(self, name) <= 1:
+        raise ValueError(f"DQNConfig.{name} must lie in [0, 1], got "
+                         f"{getattr(self, name)}")
+    if self.noisy not in _NOISY:
+      raise ValueError(f"DQNConfig.noisy must be one of {_NOISY}, got "
+                       f"{self.noisy!r}")
+    if self.noisy is not None and (self.epsilon_start or self.epsilon_end):
+      raise ValueError(
+          "DQNConfig: with noisy layers exploration comes from the noise; set "
+          "epsilon_start = epsilon_end = 0 (Fortunato et al. 2017), got "
+          f"{self.epsilon_start} -> {self.epsilon_end}")
+    if self.noisy_sigma0 is not None and not self.noisy_sigma0 > 0:
+      raise ValueError(f"DQNConfig.noisy_sigma0 must be > 0, got "
+                       f"{self.noisy_sigma0}")
+    if self.noisy is None and self.noisy_sigma0 is not None:
+      raise ValueError("DQNConfig.noisy_sigma0 is set but noisy is None; "
+                       "pick 'ig' or 'fg' or drop noisy_sigma0")
+    if not callable(self.torso):
+      raise ValueError(f"DQNConfig.torso must be a callable returning a Keras "
+                       f"layer (e.g. @mlp_torso), got {self.torso!r}")

@@ -1,0 +1,369 @@
+"""The R2D2 agent (Kapturowski et al. 2019) as the learner runtime drives it.
+
+Acting: one batched LSTM step of the online network per inference call, then
+per-env epsilon-greedy. Storing: each completed unroll becomes one replay
+sequence with the LSTM state at its step 0 and an initial priority computed
+from the behaviour Q-values (SEED RL's realistic initial priorities).
+Training: prioritized sequence sampling under a samples-per-insert rate
+limit, burn-in, n-step double-Q with value rescaling, priorities written back,
+and a target network synced every `target_update_period` learner steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from seed_rl.agents.r2d2 import exploration
+from seed_rl.agents.r2d2 import frames as frames_lib
+from seed_rl.agents.r2d2 import loss as loss_lib
+from seed_rl.agents.r2d2 import networks
+from seed_rl.agents.r2d2 import targets as targets_lib
+from seed_rl.agents.r2d2.config import R2D2Config
+from seed_rl.common import optimizers
+from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
+from seed_rl.common.replay import PrioritizedReplay, RateLimiter
+from seed_rl.common.specs import ArraySpec
+
+# ActOutputs.extras / Unroll.extras name of Q(s_t, a_t) for the action taken
+# (after exploration), used for the initial priority of a sequence.
+Q_ACTION = "q_action"
+
+
+class R2D2Agent(Agent):
+  """Recurrent replay distributed DQN on the central-inference runtime.
+
+  `num_envs` is the number of training envs N; env i explores with
+  epsilon_base ** (1 + epsilon_alpha * i / (N - 1)). Rows flagged by
+  `ActInputs.eval_mask` use `eval_epsilon` instead.
+  """
+
+  def __init__(self, observation_spec: ArraySpec, action_spec: ArraySpec,
+               num_envs: int, config: Optional[R2D2Config] = None):
+    super().__init__(observation_spec, action_spec, num_envs)
+    if not action_spec.is_discrete or action_spec.shape != ():
+      raise ValueError(f"R2D2 needs a scalar discrete action spec (num_values "
+                       f"set, shape ()), got shape {action_spec.shape} "
+                       f"num_values {action_spec.num_values}")
+    self.config = cfg = config if config is not None else R2D2Config()
+    self.unroll_length = cfg.unroll_length
+    self.unroll_overlap = cfg.unroll_overlap
+    self._num_actions = int(action_spec.num_values)
+    make_net = lambda name: networks.R2D2Network(
+        cfg.torso, self._num_actions, cfg.lstm_units, cfg.head_hidden,
+        name=name)
+    self._online = make_net("r2d2_online")
+    self._target = make_net("r2d2_target")
+    networks.build_network(self._online, observation_spec)
+    networks.build_network(self._target, observation_spec)
+    networks.copy_weights(self._online, self._target)
+    self._optimizer = optimizers.make_optimizer(
+        "adam", cfg.learning_rate, epsilon=cfg.adam_epsilon,
+        max_grad_norm=cfg.max_grad_norm)
+    # Slots exist before any restore, so a checkpoint loads immediately.
+    self._optimizer.build(self._online.trainable_variables)
+    self._step_counter = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                     name="learner_step")
+    self._epsilons = exploration.per_env_epsilons(
+        num_envs, cfg.epsilon_base, cfg.epsilon_alpha)
+    self._rng = np.random.default_rng(cfg.seed)
+    self._replay = PrioritizedReplay(
+        cfg.replay_capacity, cfg.priority_exponent,
+        cfg.importance_sampling_exponent,
+        seed=None if cfg.seed is None else cfg.seed + 1)
+    self._limiter = RateLimiter(cfg.samples_per_insert, cfg.min_replay_size,
+                                cfg.error_buffer)
+    shape = observation_spec.shape
+    self._store_frames_once = (
+        cfg.store_frames_once and observation_spec.dtype == "uint8" and
+        len(shape) == 3 and shape[-1] > 1)
+    self._dropped_sequences = 0
+    self._act_fn = self._make_act_fn()
+    self._priority_fn = self._make_priority_fn()
+    self._train_fn = self._make_train_fn()
+
+  # ---- Agent API ---------------------------------------------------------
+
+  @property
+  def step_counter(self) -> tf.Variable:
+    return self._step_counter
+
+  @property
+  def online_network(self) -> networks.R2D2Network:
+    return self._online
+
+  @property
+  def target_network(self) -> networks.R2D2Network:
+    return self._target
+
+  @property
+  def optimizer(self):
+    return self._optimizer
+
+  @property
+  def replay(self) -> PrioritizedReplay:
+    return self._replay
+
+  @property
+  def epsilons(self) -> np.ndarray:
+    """float64 [num_envs] exploration epsilon of each training env."""
+    return self._epsilons
+
+  def initial_core_state(self, batch_size: int):
+    units = self.config.lstm_units
+    return (np.zeros([batch_size, units], np.float32),
+            np.zeros([batch_size, units], np.float32))
+
+  def act(self, inputs: ActInputs) -> ActOutputs:
+    batch_size = int(inputs.observation.shape[0])
+    self.observation_spec.check_batch(inputs.observation, batch_size,
+                                      "ActInputs.observation")
+    self.action_spec.check_batch(inputs.prev_action, batch_size,
+                                 "ActInputs.prev_action")
+    q, h, c = self._act_fn(
+        inputs.observation, inputs.prev_action,
+        np.asarray(inputs.reward, np.float32), np.asarray(inputs.done, bool),
+        np.asarray(inputs.core_state[0], np.float32),
+        np.asarray(inputs.core_state[1], np.float32))
+    q = q.numpy()
+    epsilon = exploration.env_epsilons(self._epsilons, inputs.env_ids,
+                                       inputs.eval_mask,
+                                       self.config.eval_epsilon)
+    action = exploration.epsilon_greedy(np.argmax(q, axis=-1),
+                                        self._num_actions, epsilon, self._rng)
+    return ActOutputs(
+        action=action.astype(self.action_spec.dtype),
+        value=q.max(axis=-1).astype(np.float32),
+        extras={Q_ACTION: q[np.arange(batch_size), action].astype(np.float32)},
+        core_state=(h.numpy(), c.numpy()))
+
+  def add_unrolls(self, unrolls: Unroll) -> None:
+    self._check_unroll(unrolls)
+    done = unrolls.terminated | unrolls.truncated
+    items = {
+        "reward": unrolls.reward.astype(np.float32),
+        "terminated": unrolls.terminated,
+        "truncated": unrolls.truncated,
+        "bootstrap_value": unrolls.bootstrap_value.astype(np.float32),
+        "prev_action": unrolls.prev_action,
+        "action": unrolls.action,
+        "core_h": unrolls.core_state[0].astype(np.float32),
+        "core_c": unrolls.core_state[1].astype(np.float32),
+        "policy_version": unrolls.policy_version.mean(axis=1),
+    }
+    if self._store_frames_once:
+      items["frames"], items["first_stack"] = frames_lib.compress(
+          unrolls.observation)
+      ok = frames_lib.roundtrip_ok(unrolls.observation, done)
+      if not ok.all():
+        # Stacks that do not follow the runtime's layout (zeros before an
+        # episode start) would be rebuilt wrongly: skip them, loudly.
+        self._dropped_sequences += int((~ok).sum())
+        logging.warning(
+            "R2D2: dropped %d sequences (env ids %s) whose frame stacks do "
+            "not follow the [older..newest, zeros before episode start] "
+            "layout; set R2D2Config.store_frames_once = False to store full "
+            "stacks", int((~ok).sum()), unrolls.env_ids[~ok].tolist())
+        items = {k: v[ok] for k, v in items.items()}
+        unrolls = _select(unrolls, ok)
+    else:
+      items["observation"] = unrolls.observation
+    count = int(items["reward"].shape[0])
+    if count == 0:
+      return
+    priorities = self.initial_priorities(unrolls)
+    # Insert first, then count: the sampler never sees uninserted items.
+    self._replay.insert(items, priorities)
+    self._limiter.await_insert(count)
+
+  def initial_priorities(self, unrolls: Unroll) -> np.ndarray:
+    """float32 [B] priorities of new sequences from their behaviour values."""
+    return self._priority_fn(
+        *(np.swapaxes(x, 0, 1) for x in (
+            unrolls.reward.astype(np.float32), unrolls.terminated,
+            unrolls.truncated, unrolls.bootstrap_value.astype(np.float32),
+            unrolls.value.astype(np.float32),
+            unrolls.extras[Q_ACTION].astype(np.float32)))).numpy()
+
+  def train_step(self) -> Mapping[str, float]:
+    cfg = self.config
+    if not self._limiter.await_sample(cfg.batch_size):
+      return {}
+    step = int(self._step_counter.numpy())
+    beta = cfg.importance_sampling_exponent_at(step)
+    self._replay.set_importance_sampling_exponent(beta)
+    indices, items, weights = self._replay.sample(cfg.batch_size)
+    if self._store_frames_once:
+      observation = frames_lib.decompress(
+          items["frames"], items["first_stack"],
+          items["terminated"] | items["truncated"])
+    else:
+      observation = items["observation"]
+    tm = lambda x: np.swapaxes(x, 0, 1)
+    loss, priorities, metrics = self._train_fn(
+        tm(observation), tm(items["prev_action"]), tm(items["action"]),
+        tm(items["reward"]), tm(items["terminated"]), tm(items["truncated"]),
+        tm(items["bootstrap_value"]), (items["core_h"], items["core_c"]),
+        weights)
+    priorities = priorities.numpy()
+    self._replay.update_priorities(indices, priorities)
+    if (step + 1) % cfg.target_update_period == 0:
+      networks.copy_weights(self._online, self._target)
+    result = {name: float(value) for name, value in metrics.items()}
+    result.update({
+        "loss/td": float(loss),
+        "loss/total": float(loss),
+        "replay/size": float(len(self._replay)),
+        "replay/mean_priority": float(np.mean(priorities)),
+        "replay/importance_sampling_exponent": beta,
+        "replay/dropped_sequences": float(self._dropped_sequences),
+        "perf/policy_lag": step - float(np.mean(items["policy_version"])),
+    })
+    result.update(self._limiter.metrics())
+    return result
+
+  def checkpoint_objects(self) -> Dict[str, Any]:
+    return {"online_network": self._online, "target_network": self._target,
+            "optimizer": self._optimizer, "step": self._step_counter}
+
+  def stop(self) -> None:
+    self._limiter.stop()
+
+  # ---- compiled functions ------------------------------------------------
+
+  def _make_act_fn(self):
+    obs_spec, act_spec = self.observation_spec, self.action_spec
+    units = self.config.lstm_units
+    signature = [
+        tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype),
+        tf.TensorSpec([None], act_spec.dtype),
+        tf.TensorSpec([None], tf.float32),
+        tf.TensorSpec([None], tf.bool),
+        tf.TensorSpec([None, units], tf.float32),
+        tf.TensorSpec([None, units], tf.float32),
+    ]
+    network = self._online
+
+    @tf.function(input_signature=signature)
+    def act_fn(observation, prev_action, reward, done, h, c):
+      q, (h, c) = network.step(observation, prev_action, reward, done, (h, c))
+      return q, h, c
+
+    return act_fn
+
+  def _make_priority_fn(self):
+    """Initial priorities [B] from behaviour values of batch-major unrolls.
+
+    The behaviour network's max-Q (Unroll.value) stands in for the double-Q
+    bootstrap and Q(s_t, a_t) at acting time for the online estimate, as in
+    SEED RL, so no network runs at insert time.
+    """
+    cfg = self.config
+    t1 = cfg.unroll_length + 1
+    spec = lambda dtype: tf.TensorSpec([t1, None], dtype)
+    signature = [spec(tf.float32), spec(tf.bool), spec(tf.bool),
+                 spec(tf.float32), spec(tf.float32), spec(tf.float32)]
+
+    @tf.function(input_signature=signature)
+    def priority_fn(reward, terminated, truncated, bootstrap_value, value,
+                    q_action):
+      b = cfg.burn_in
+      y = targets_lib.n_step_targets(
+          reward[b:], terminated[b:], truncated[b:], bootstrap_value[b:],
+          value[b:], cfg.discount, cfg.n_step, cfg.value_rescaling_epsilon)
+      td = y - q_action[b:b + cfg.num_learning_steps]
+      return targets_lib.sequence_priorities(tf.abs(td), cfg.priority_eta)
+
+    return priority_fn
+
+  def _make_train_fn(self):
+    cfg = self.config
+    obs_spec, act_spec = self.observation_spec, self.action_spec
+    t1, b, units = cfg.unroll_length + 1, cfg.batch_size, cfg.lstm_units
+    signature = [
+        tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
+        tf.TensorSpec([t1, b], act_spec.dtype),
+        tf.TensorSpec([t1, b], act_spec.dtype),
+        tf.TensorSpec([t1, b], tf.float32),
+        tf.TensorSpec([t1, b], tf.bool),
+        tf.TensorSpec([t1, b], tf.bool),
+        tf.TensorSpec([t1, b], tf.float32),
+        (tf.TensorSpec([b, units], tf.float32),) * 2,
+        tf.TensorSpec([b], tf.float32),
+    ]
+    online, target = self._online, self._target
+    optimizer, step_counter = self._optimizer, self._step_counter
+
+    @tf.function(input_signature=signature)
+    def train_fn(observation, prev_action, action, reward, terminated,
+                 truncated, bootstrap_value, core_state, weights):
+      seq = loss_lib.Sequences(observation, prev_action, action, reward,
+                               terminated, truncated, bootstrap_value,
+                               core_state)
+      variables = online.trainable_variables
+      with tf.GradientTape() as tape:
+        loss, priorities, metrics = loss_lib.r2d2_loss(
+            online, target, seq, weights, burn_in=cfg.burn_in,
+            n_step=cfg.n_step, discount=cfg.discount, eta=cfg.priority_eta,
+            rescaling_epsilon=cfg.value_rescaling_epsilon)
+      gradients = tape.gradient(loss, variables)
+      metrics["loss/grad_norm"] = tf.linalg.global_norm(gradients)
+      optimizer.apply_gradients(zip(gradients, variables))
+      step_counter.assign_add(1)
+      return loss, priorities, metrics
+
+    return train_fn
+
+  # ---- validation --------------------------------------------------------
+
+  def _check_unroll(self, unroll: Unroll) -> None:
+    b, t1 = unroll.batch_size, self.unroll_length + 1
+
+    def check(name, array, shape, dtype=None):
+      if tuple(array.shape) != tuple(shape):
+        raise ValueError(f"Unroll.{name}: shape {list(array.shape)}, expected "
+                         f"{list(shape)} (batch {b}, unroll_length + 1 = {t1})")
+      if dtype is not None and array.dtype != np.dtype(dtype):
+        raise ValueError(f"Unroll.{name}: dtype {array.dtype.name}, expected "
+                         f"{np.dtype(dtype).name}")
+
+    check("observation", unroll.observation,
+          (b, t1) + self.observation_spec.shape, self.observation_spec.dtype)
+    for name in ("prev_action", "action"):
+      check(name, getattr(unroll, name), (b, t1), self.action_spec.dtype)
+    for name in ("reward", "bootstrap_value", "value", "policy_version"):
+      check(name, getattr(unroll, name), (b, t1))
+    for name in ("terminated", "truncated"):
+      check(name, getattr(unroll, name), (b, t1), np.bool_)
+    if Q_ACTION not in unroll.extras:
+      raise ValueError(f"Unroll.extras lacks {Q_ACTION!r} (Q of the taken "
+                       f"action from act()); has {sorted(unroll.extras)}")
+    check(f"extras[{Q_ACTION!r}]", unroll.extras[Q_ACTION], (b, t1))
+    if len(unroll.core_state) != 2:
+      raise ValueError(f"Unroll.core_state has {len(unroll.core_state)} "
+                       f"arrays, expected 2 (LSTM h and c)")
+    for i, state in enumerate(unroll.core_state):
+      check(f"core_state[{i}]", state, (b, self.config.lstm_units))
+
+
+def _select(unrolls: Unroll, rows: np.ndarray) -> Unroll:
+  """The unrolls at boolean `rows` [B]."""
+  return Unroll(
+      env_ids=unrolls.env_ids[rows], observation=unrolls.observation[rows],
+      reward=unrolls.reward[rows], terminated=unrolls.terminated[rows],
+      truncated=unrolls.truncated[rows],
+      bootstrap_value=unrolls.bootstrap_value[rows],
+      prev_action=unrolls.prev_action[rows], action=unrolls.action[rows],
+      value=unrolls.value[rows],
+      extras={k: v[rows] for k, v in unrolls.extras.items()},
+      core_state=tuple(s[rows] for s in unrolls.core_state),
+      policy_version=unrolls.policy_version[rows])
+
+
+def create_agent(observation_spec: ArraySpec, action_spec: ArraySpec,
+                 num_envs: int) -> R2D2Agent:
+  """Builds the agent with the gin-bound R2D2Config."""
+  return R2D2Agent(observation_spec, action_spec, num_envs, R2D2Config())

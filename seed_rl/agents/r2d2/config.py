@@ -1,0 +1,180 @@
+"""Hyperparameters of the R2D2 agent (Kapturowski et al. 2019)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import gin
+import keras
+
+from seed_rl.classic.networks import mlp_torso
+
+
+def _positive_int(value) -> bool:
+  return not isinstance(value, bool) and isinstance(value, int) and value >= 1
+
+
+@gin.configurable
+@dataclasses.dataclass
+class R2D2Config:
+  """R2D2 settings; validated on construction.
+
+  Defaults are the R2D2 paper's (Table 2) and SEED RL's r2d2 learner flags
+  where those exist; the gin files pick per-domain sizes.
+
+  Sequence layout: the runtime hands over unrolls of `unroll_length + 1`
+  steps. The first `burn_in` steps only warm the LSTM up from the stored
+  state; steps [burn_in, unroll_length - n_step] are learning steps, each with
+  a full n-step target; the last `n_step` steps only serve as bootstrap
+  states. Consecutive unrolls of one env overlap by burn_in + n_step steps, so
+  every step of an env's stream is a learning step in exactly one sequence.
+
+  Attributes:
+    unroll_length: T, steps per sequence minus one (burn-in included).
+    burn_in: leading steps that only warm up the recurrent state.
+    n_step: length of the n-step return.
+    discount: gamma per agent step.
+    replay_capacity: sequences kept in replay (FIFO).
+    priority_exponent: alpha; sequences are drawn with p^alpha.
+    importance_sampling_exponent: beta at learner step 0.
+    importance_sampling_exponent_final: beta reached linearly at
+      `total_learner_steps` (set it equal to the first for a fixed beta).
+    priority_eta: eta in eta * max|delta| + (1 - eta) * mean|delta|.
+    batch_size: sequences per learner step.
+    learning_rate: Adam learning rate.
+    adam_epsilon: Adam's denominator epsilon.
+    max_grad_norm: global-norm gradient clip; None or 0 disables it.
+    target_update_period: learner steps between target-network syncs.
+    samples_per_insert: sampled sequences per inserted sequence (the replay
+      ratio: how often each learning step is replayed on average).
+    min_replay_size: sequences inserted before training starts.
+    rate_limiter_error_buffer: tolerated deviation from samples_per_insert,
+      in sampled sequences; None means 2 * batch_size.
+    value_rescaling_epsilon: eps of h(x) = sign(x)(sqrt(|x|+1)-1) + eps x.
+    lstm_units: LSTM size.
+    head_hidden: hidden units of each dueling stream (value, advantage).
+    torso: factory of the observation torso (@mlp_torso, @atari_torso).
+    epsilon_base, epsilon_alpha: training env i of N explores with
+      epsilon_base ** (1 + epsilon_alpha * i / (N - 1)) (Ape-X, R2D2).
+    eval_epsilon: fixed epsilon of evaluation envs.
+    total_learner_steps: horizon of the beta annealing, in learner steps.
+    store_frames_once: for stacked uint8 frames [H, W, k], store each frame
+      once per sequence instead of k times (k-fold less replay memory).
+    seed: seeds exploration and replay sampling; None draws one.
+  """
+
+  unroll_length: int = 80
+  burn_in: int = 40
+  n_step: int = 5
+  discount: float = 0.997
+  replay_capacity: int = 100_000
+  priority_exponent: float = 0.9
+  importance_sampling_exponent: float = 0.6
+  importance_sampling_exponent_final: float = 1.0
+  priority_eta: float = 0.9
+  batch_size: int = 64
+  learning_rate: float = 1e-4
+  adam_epsilon: float = 1e-3
+  max_grad_norm: Optional[float] = 40.0
+  target_update_period: int = 2500
+  samples_per_insert: float = 0.75
+  min_replay_size: int = 5000
+  rate_limiter_error_buffer: Optional[float] = None
+  value_rescaling_epsilon: float = 1e-3
+  lstm_units: int = 512
+  head_hidden: int = 512
+  torso: Callable[[], keras.layers.Layer] = mlp_torso
+  epsilon_base: float = 0.4
+  epsilon_alpha: float = 7.0
+  eval_epsilon: float = 1e-3
+  total_learner_steps: int = 1_000_000
+  store_frames_once: bool = True
+  seed: Optional[int] = None
+
+  @property
+  def unroll_overlap(self) -> int:
+    """Steps shared by consecutive unrolls of one env (burn_in + n_step)."""
+    return self.burn_in + self.n_step
+
+  @property
+  def num_learning_steps(self) -> int:
+    """Steps per sequence that get a TD error (unroll_length + 1 - overlap)."""
+    return self.unroll_length + 1 - self.burn_in - self.n_step
+
+  @property
+  def error_buffer(self) -> float:
+    if self.rate_limiter_error_buffer is None:
+      return 2.0 * self.batch_size
+    return float(self.rate_limiter_error_buffer)
+
+  def importance_sampling_exponent_at(self, step: int) -> float:
+    """Beta annealed linearly from the first to the final value."""
+    frac = min(1.0, max(0, step) / self.total_learner_steps)
+    start = self.importance_sampling_exponent
+    return start + frac * (self.importance_sampling_exponent_final - start)
+
+  def __post_init__(self):
+    for name in ("unroll_length", "n_step", "replay_capacity", "batch_size",
+                 "target_update_period", "min_replay_size", "lstm_units",
+                 "head_hidden", "total_learner_steps"):
+      if not _positive_int(getattr(self, name)):
+        raise ValueError(f"R2D2Config.{name} must be a positive integer, got "
+                         f"{getattr(self, name)!r}")
+    if isinstance(self.burn_in, bool) or not isinstance(self.burn_in, int) or (
+        self.burn_in < 0):
+      raise ValueError(f"R2D2Config.burn_in must be an integer >= 0, got "
+                       f"{self.burn_in!r}")
+    if self.burn_in + self.n_step >= self.unroll_length:
+      raise ValueError(
+          f"R2D2Config: burn_in ({self.burn_in}) + n_step ({self.n_step}) must "
+          f"be < unroll_length ({self.unroll_length}): a sequence of "
+          f"unroll_length + 1 steps learns on unroll_length + 1 - burn_in - "
+          f"n_step steps (the rest warm the LSTM or only bootstrap), so there "
+          f"would be fewer than 2 steps left to learn from")
+    if self.min_replay_size > self.replay_capacity:
+      raise ValueError(
+          f"R2D2Config.min_replay_size ({self.min_replay_size}) must be <= "
+          f"replay_capacity ({self.replay_capacity}), otherwise training "
+          f"waits for more sequences than the replay can hold")
+    if not 0 < self.discount <= 1:
+      raise ValueError(f"R2D2Config.discount must be in (0, 1]; 0 would "
+                       f"ignore all future rewards, got {self.discount}")
+    if not self.priority_exponent >= 0:
+      raise ValueError(f"R2D2Config.priority_exponent must be >= 0 (0 is "
+                       f"uniform sampling), got {self.priority_exponent}")
+    for name in ("importance_sampling_exponent",
+                 "importance_sampling_exponent_final", "priority_eta",
+                 "epsilon_base", "eval_epsilon"):
+      if not 0 <= getattr(self, name) <= 1:
+        raise ValueError(f"R2D2Config.{name} must be in [0, 1], got "
+                         f"{getattr(self, name)}")
+    if not self.epsilon_alpha >= 0:
+      raise ValueError(f"R2D2Config.epsilon_alpha must be >= 0 (a negative "
+                       f"slope gives epsilons above epsilon_base), got "
+                       f"{self.epsilon_alpha}")
+    if not self.learning_rate > 0:
+      raise ValueError(f"R2D2Config.learning_rate must be > 0, got "
+                       f"{self.learning_rate}")
+    if not self.adam_epsilon > 0:
+      raise ValueError(f"R2D2Config.adam_epsilon must be > 0 (it guards a "
+                       f"division), got {self.adam_epsilon}")
+    if self.max_grad_norm is not None and self.max_grad_norm < 0:
+      raise ValueError(f"R2D2Config.max_grad_norm must be >= 0 (0 or None "
+                       f"disables clipping), got {self.max_grad_norm}")
+    if not self.samples_per_insert > 0:
+      raise ValueError(f"R2D2Config.samples_per_insert must be > 0, else "
+                       f"training never samples; got {self.samples_per_insert}")
+    if not self.error_buffer > 0 or self.batch_size > 2 * self.error_buffer:
+      raise ValueError(
+          f"R2D2Config.rate_limiter_error_buffer ({self.error_buffer}) must be "
+          f">= batch_size / 2 ({self.batch_size / 2}): a larger training "
+          f"batch than 2 * error_buffer deadlocks the rate limiter")
+    if not self.value_rescaling_epsilon > 0:
+      raise ValueError(f"R2D2Config.value_rescaling_epsilon must be > 0 (it "
+                       f"keeps h invertible with a Lipschitz inverse), got "
+                       f"{self.value_rescaling_epsilon}")
+    if not callable(self.torso):
+      raise ValueError(f"R2D2Config.torso must be a callable returning a Keras "
+                       f"layer (e.g. @mlp_torso or @atari_torso), got "
+                       f"{self.torso!r}")

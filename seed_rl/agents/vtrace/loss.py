@@ -1,0 +1,143 @@
+"""IMPALA loss: V-trace policy gradient + baseline regression + entropy bonus.
+
+Inputs are time-major over a whole unroll of T+1 steps ([T+1, B]); step t's
+per-step fields follow the Unroll convention (reward/terminated/truncated
+describe the transition INTO step t). Steps 0..T-1 are trained on; step T only
+supplies the bootstrap value.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+import tensorflow as tf
+
+from seed_rl.agents.vtrace import vtrace
+
+
+def transition_inputs(baseline: tf.Tensor, terminated: tf.Tensor,
+                      truncated: tf.Tensor, bootstrap_value: tf.Tensor,
+                      discount: float
+                     ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """Expresses episode ends for `vtrace_targets`.
+
+  Args:
+    baseline: [T+1, B] V(x_t) under the current parameters.
+    terminated, truncated: bool [T+1, B], flags of the transition into step t.
+    bootstrap_value: [T+1, B] value of the ended episode's final observation
+      where truncated (ignored elsewhere).
+    discount: gamma.
+
+  Returns:
+    discounts, next_values, trace_mask, each [T, B] (see vtrace.py).
+  """
+  terminated_next = tf.cast(terminated[1:], tf.bool)
+  truncated_next = tf.cast(truncated[1:], tf.bool)
+  done_next = tf.logical_or(terminated_next, truncated_next)
+  discounts = discount * (1.0 - tf.cast(terminated_next, tf.float32))
+  next_values = tf.where(truncated_next,
+                         tf.cast(bootstrap_value[1:], tf.float32),
+                         tf.cast(baseline[1:], tf.float32))
+  trace_mask = 1.0 - tf.cast(done_next, tf.float32)
+  return discounts, next_values, trace_mask
+
+
+def clip_rewards(rewards: tf.Tensor, mode: str) -> tf.Tensor:
+  """Reward clipping: 'none', 'abs_one' ([-1, 1]) or 'soft_asymmetric'.
+
+  'soft_asymmetric' squashes with 5 tanh(r / 5) and scales negative rewards by
+  0.3, as in IMPALA's DMLab setup.
+  """
+  rewards = tf.cast(rewards, tf.float32)
+  if mode == "none":
+    return rewards
+  if mode == "abs_one":
+    return tf.clip_by_value(rewards, -1.0, 1.0)
+  if mode == "soft_asymmetric":
+    squeezed = tf.tanh(rewards / 5.0)
+    return tf.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+  raise ValueError(f"reward_clipping {mode!r} is unknown; allowed: 'none', "
+                   f"'abs_one', 'soft_asymmetric'")
+
+
+def impala_loss(distribution,
+                policy_params: tf.Tensor,
+                baseline: tf.Tensor,
+                action: tf.Tensor,
+                behaviour_params: tf.Tensor,
+                reward: tf.Tensor,
+                terminated: tf.Tensor,
+                truncated: tf.Tensor,
+                bootstrap_value: tf.Tensor,
+                *,
+                discount: float,
+                baseline_cost: float,
+                entropy_cost: float,
+                clip_rho_threshold: float = 1.0,
+                clip_c_threshold: float = 1.0,
+                clip_pg_rho_threshold: float = 1.0
+               ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+  """Computes the IMPALA loss over one batch of unrolls.
+
+  Args:
+    distribution: object with `log_prob(params, action)` and `entropy(params)`
+      (see distributions.py).
+    policy_params: [T+1, B, P] current policy parameters (e.g. logits).
+    baseline: [T+1, B] current value estimates.
+    action: [T+1, B, ...] actions taken at each step.
+    behaviour_params: [T+1, B, P] parameters the behaviour policy acted with.
+    reward: [T+1, B] rewards (already clipped) of the transition into step t.
+    terminated, truncated: bool [T+1, B].
+    bootstrap_value: [T+1, B].
+    discount: gamma in (0, 1].
+    baseline_cost: weight of 0.5 * (vs - V)^2.
+    entropy_cost: weight of the entropy bonus.
+    clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: V-trace clips.
+
+  Returns:
+    total loss (scalar) and a dict of scalar metrics; 'loss/total' is the sum
+    of 'loss/policy', 'loss/baseline' and 'loss/entropy' (weighted terms).
+  """
+  params_t = policy_params[:-1]
+  action_t = action[:-1]
+  target_log_prob = distribution.log_prob(params_t, action_t)
+  behaviour_log_prob = distribution.log_prob(
+      tf.cast(behaviour_params[:-1], params_t.dtype), action_t)
+  log_rhos = tf.stop_gradient(target_log_prob) - behaviour_log_prob
+
+  discounts, next_values, trace_mask = transition_inputs(
+      tf.stop_gradient(baseline), terminated, truncated, bootstrap_value,
+      discount)
+  values = baseline[:-1]
+  vs, pg_advantages = vtrace.vtrace_targets(
+      log_rhos=log_rhos,
+      discounts=discounts,
+      rewards=tf.cast(reward[1:], tf.float32),
+      values=tf.stop_gradient(values),
+      next_values=next_values,
+      trace_mask=trace_mask,
+      clip_rho_threshold=clip_rho_threshold,
+      clip_c_threshold=clip_c_threshold,
+      clip_pg_rho_threshold=clip_pg_rho_threshold)
+
+  policy_loss = -tf.reduce_mean(target_log_prob * pg_advantages)
+  baseline_loss = baseline_cost * 0.5 * tf.reduce_mean(tf.square(vs - values))
+  entropy = tf.reduce_mean(distribution.entropy(params_t))
+  entropy_loss = -entropy_cost * entropy
+  total = policy_loss + baseline_loss + entropy_loss
+
+  rhos = tf.exp(log_rhos)
+  metrics = {
+      "loss/policy": policy_loss,
+      "loss/baseline": baseline_loss,
+      "loss/entropy": entropy_loss,
+      "loss/total": total,
+      "policy/entropy": entropy,
+      "vtrace/mean_rho": tf.reduce_mean(rhos),
+      "vtrace/clipped_rho_fraction": tf.reduce_mean(
+          tf.cast(rhos > clip_rho_threshold, tf.float32)),
+      "vtrace/mean_vs": tf.reduce_mean(vs),
+      "vtrace/mean_pg_advantage": tf.reduce_mean(pg_advantages),
+      "vtrace/mean_value": tf.reduce_mean(values),
+  }
+  return total, metrics

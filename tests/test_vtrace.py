@@ -1,0 +1,462 @@
+"""V-trace targets, IMPALA loss and action distributions vs NumPy references.
+
+The references are written with plain loops from Espeholt et al. 2018
+(arXiv 1802.01561), eq. (1) in its n-step product form (not the backward
+recursion the implementation uses), and from raw per-step episode flags (not
+the discounts / next_values / trace_mask encoding).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from seed_rl.agents.vtrace import distributions
+from seed_rl.agents.vtrace import loss as loss_lib
+from seed_rl.agents.vtrace import vtrace
+
+# ---------------------------------------------------------------- references
+
+
+def reference_vtrace(log_rhos, discounts, rewards, values, next_values,
+                     trace_mask, rho_bar=1.0, c_bar=1.0, pg_rho_bar=1.0):
+  """Eq. (1) as an explicit sum of products, per (s, b), cut at episode ends.
+
+  v_s = V(x_s) + sum_{t=s}^{k} (prod_{i=s}^{t-1} discounts_i c_i) delta_t with
+  delta_t = rho_t (r_t + discounts_t next_values_t - V(x_t)); k is the first
+  t >= s with trace_mask_t = 0, or T-1.
+  """
+  num_steps, batch = values.shape
+  rhos = np.exp(log_rhos)
+  vs = np.zeros_like(values)
+  advantages = np.zeros_like(values)
+  for b in range(batch):
+    for s in range(num_steps):
+      total = values[s, b]
+      for t in range(s, num_steps):
+        coefficient = 1.0
+        for i in range(s, t):
+          coefficient *= discounts[i, b] * min(c_bar, rhos[i, b])
+        delta = min(rho_bar, rhos[t, b]) * (
+            rewards[t, b] + discounts[t, b] * next_values[t, b] - values[t, b])
+        total += coefficient * delta
+        if trace_mask[t, b] == 0:
+          break
+      vs[s, b] = total
+    for s in range(num_steps):
+      inside = s + 1 < num_steps and trace_mask[s, b] == 1
+      v_next = vs[s + 1, b] if inside else next_values[s, b]
+      advantages[s, b] = min(pg_rho_bar, rhos[s, b]) * (
+          rewards[s, b] + discounts[s, b] * v_next - values[s, b])
+  return vs, advantages
+
+
+def reference_from_flags(log_rhos, reward, terminated, truncated,
+                         bootstrap_value, values, gamma, rho_bar=1.0,
+                         c_bar=1.0, pg_rho_bar=1.0):
+  """V-trace over an unroll of T+1 steps from the raw Unroll fields.
+
+  reward/terminated/truncated/bootstrap_value/values are [T+1, B] with the
+  Unroll convention (flags of the transition INTO step t); log_rhos [T, B].
+  Walks each episode segment directly: the transition s -> s+1 earns
+  reward[s+1]; a segment ends at the first step whose next transition ends
+  the episode; the value after it is 0 (terminated), bootstrap_value
+  (truncated) or V(x_{t+1}) (unroll end / inside the episode).
+  """
+  num_steps = log_rhos.shape[0]
+  batch = log_rhos.shape[1]
+  rhos = np.exp(log_rhos)
+  vs = np.zeros([num_steps, batch])
+  advantages = np.zeros([num_steps, batch])
+
+  def value_after(t, b):
+    if terminated[t + 1, b]:
+      return 0.0
+    if truncated[t + 1, b]:
+      return bootstrap_value[t + 1, b]
+    return values[t + 1, b]
+
+  def ends_after(t, b):
+    return bool(terminated[t + 1, b] or truncated[t + 1, b])
+
+  for b in range(batch):
+    for s in range(num_steps):
+      total = values[s, b]
+      weight = 1.0
+      for t in range(s, num_steps):
+        delta = min(rho_bar, rhos[t, b]) * (
+            reward[t + 1, b] + gamma * value_after(t, b) - values[t, b])
+        total += weight * delta
+        if ends_after(t, b):
+          break
+        weight *= gamma * min(c_bar, rhos[t, b])
+      vs[s, b] = total
+    for s in range(num_steps):
+      if ends_after(s, b) or s + 1 == num_steps:
+        v_next = value_after(s, b)
+      else:
+        v_next = vs[s + 1, b]
+      advantages[s, b] = min(pg_rho_bar, rhos[s, b]) * (
+          reward[s + 1, b] + gamma * v_next - values[s, b])
+  return vs, advantages
+
+
+def random_boundary_inputs(rng, num_steps, batch):
+  values = rng.normal(size=[num_steps, batch])
+  next_values = np.concatenate([values[1:], rng.normal(size=[1, batch])])
+  return dict(
+      log_rhos=rng.normal(scale=1.0, size=[num_steps, batch]),
+      discounts=np.full([num_steps, batch], 0.9),
+      rewards=rng.normal(size=[num_steps, batch]),
+      values=values,
+      next_values=next_values,
+      trace_mask=np.ones([num_steps, batch]))
+
+
+def run_vtrace(inputs, **clips):
+  vs, adv = vtrace.vtrace_targets(
+      **{k: tf.constant(v, tf.float32) for k, v in inputs.items()}, **clips)
+  return vs.numpy(), adv.numpy()
+
+
+# ------------------------------------------------------------ vtrace_targets
+
+
+@pytest.mark.parametrize("clips", [
+    dict(clip_rho_threshold=1.0, clip_c_threshold=1.0,
+         clip_pg_rho_threshold=1.0),
+    dict(clip_rho_threshold=1.7, clip_c_threshold=0.6,
+         clip_pg_rho_threshold=1.2),
+])
+def test_random_inputs_match_reference_with_clipping(clips):
+  rng = np.random.default_rng(0)
+  inputs = random_boundary_inputs(rng, num_steps=7, batch=5)
+  rhos = np.exp(inputs["log_rhos"])
+  # Clipping must actually bind on both sides for the test to mean anything.
+  assert (rhos > 1.7).any() and (rhos < 0.6).any()
+  vs, adv = run_vtrace(inputs, **clips)
+  ref_vs, ref_adv = reference_vtrace(
+      **inputs, rho_bar=clips["clip_rho_threshold"],
+      c_bar=clips["clip_c_threshold"],
+      pg_rho_bar=clips["clip_pg_rho_threshold"])
+  np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
+
+
+def test_random_boundaries_match_reference():
+  rng = np.random.default_rng(1)
+  inputs = random_boundary_inputs(rng, num_steps=9, batch=6)
+  terminated = rng.random([9, 6]) < 0.2
+  truncated = (rng.random([9, 6]) < 0.2) & ~terminated
+  inputs["discounts"] = 0.95 * (1.0 - terminated)
+  inputs["next_values"] = np.where(truncated, rng.normal(size=[9, 6]),
+                                   inputs["next_values"])
+  inputs["trace_mask"] = 1.0 - (terminated | truncated)
+  vs, adv = run_vtrace(inputs)
+  ref_vs, ref_adv = reference_vtrace(**inputs)
+  np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
+
+
+def transition_targets(log_rhos, reward, terminated, truncated,
+                       bootstrap_value, values, gamma, **clips):
+  """Implementation path: raw flags -> transition_inputs -> vtrace_targets."""
+  discounts, next_values, trace_mask = loss_lib.transition_inputs(
+      tf.constant(values, tf.float32), tf.constant(terminated),
+      tf.constant(truncated), tf.constant(bootstrap_value, tf.float32), gamma)
+  vs, adv = vtrace.vtrace_targets(
+      tf.constant(log_rhos, tf.float32), discounts,
+      tf.constant(reward[1:], tf.float32),
+      tf.constant(values[:-1], tf.float32), next_values, trace_mask, **clips)
+  return vs.numpy(), adv.numpy()
+
+
+def unroll_flags(num_steps, batch, terminated_at=(), truncated_at=()):
+  terminated = np.zeros([num_steps + 1, batch], bool)
+  truncated = np.zeros([num_steps + 1, batch], bool)
+  for t, b in terminated_at:
+    terminated[t, b] = True
+  for t, b in truncated_at:
+    truncated[t, b] = True
+  return terminated, truncated
+
+
+def test_termination_mid_unroll():
+  rng = np.random.default_rng(2)
+  num_steps, batch = 6, 3
+  terminated, truncated = unroll_flags(num_steps, batch,
+                                       terminated_at=[(3, 0), (1, 2), (6, 1)])
+  values = rng.normal(size=[num_steps + 1, batch])
+  reward = rng.normal(size=[num_steps + 1, batch])
+  log_rhos = rng.normal(size=[num_steps, batch])
+  bootstrap = np.zeros_like(values)
+  vs, adv = transition_targets(log_rhos, reward, terminated, truncated,
+                               bootstrap, values, 0.9)
+  ref_vs, ref_adv = reference_from_flags(log_rhos, reward, terminated,
+                                         truncated, bootstrap, values, 0.9)
+  np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
+  # The step before a termination does not bootstrap at all.
+  rho = min(1.0, math.exp(log_rhos[2, 0]))
+  np.testing.assert_allclose(
+      vs[2, 0], values[2, 0] + rho * (reward[3, 0] - values[2, 0]), rtol=1e-5)
+
+
+def test_truncation_mid_unroll_bootstraps_and_cuts_trace():
+  rng = np.random.default_rng(3)
+  num_steps, batch = 6, 2
+  terminated, truncated = unroll_flags(num_steps, batch,
+                                       truncated_at=[(3, 0), (5, 1)])
+  values = rng.normal(size=[num_steps + 1, batch])
+  reward = rng.normal(size=[num_steps + 1, batch])
+  log_rhos = rng.normal(size=[num_steps, batch])
+  bootstrap = np.zeros_like(values)
+  bootstrap[3, 0], bootstrap[5, 1] = 7.5, -4.0
+  vs, adv = transition_targets(log_rhos, reward, terminated, truncated,
+                               bootstrap, values, 0.9)
+  ref_vs, ref_adv = reference_from_flags(log_rhos, reward, terminated,
+                                         truncated, bootstrap, values, 0.9)
+  np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
+  # The last step of the truncated episode bootstraps from bootstrap_value.
+  rho = min(1.0, math.exp(log_rhos[2, 0]))
+  np.testing.assert_allclose(
+      vs[2, 0],
+      values[2, 0] + rho * (reward[3, 0] + 0.9 * 7.5 - values[2, 0]),
+      rtol=1e-5)
+  # Nothing from the next episode (rewards, values) reaches back across.
+  changed_reward, changed_values = reward.copy(), values.copy()
+  changed_reward[4:, 0] += 100.0
+  changed_values[3:, 0] -= 50.0
+  vs2, adv2 = transition_targets(log_rhos, changed_reward, terminated,
+                                 truncated, bootstrap, changed_values, 0.9)
+  np.testing.assert_allclose(vs2[:3, 0], vs[:3, 0], rtol=1e-6)
+  np.testing.assert_allclose(adv2[:3, 0], adv[:3, 0], rtol=1e-6)
+  assert not np.allclose(vs2[3:, 0], vs[3:, 0])
+
+
+def test_discount_zero_is_one_step_targets():
+  rng = np.random.default_rng(4)
+  num_steps, batch = 5, 3
+  terminated, truncated = unroll_flags(num_steps, batch,
+                                       truncated_at=[(2, 1)],
+                                       terminated_at=[(4, 2)])
+  values = rng.normal(size=[num_steps + 1, batch])
+  reward = rng.normal(size=[num_steps + 1, batch])
+  log_rhos = rng.normal(size=[num_steps, batch])
+  bootstrap = rng.normal(size=values.shape)
+  vs, adv = transition_targets(log_rhos, reward, terminated, truncated,
+                               bootstrap, values, 0.0)
+  rhos = np.minimum(1.0, np.exp(log_rhos))
+  np.testing.assert_allclose(
+      vs, values[:-1] + rhos * (reward[1:] - values[:-1]), rtol=1e-5,
+      atol=1e-6)
+  np.testing.assert_allclose(adv, rhos * (reward[1:] - values[:-1]),
+                             rtol=1e-5, atol=1e-6)
+
+
+def nstep_returns(reward, terminated, truncated, bootstrap_value, values,
+                  gamma):
+  """On-policy n-step returns to the end of the unroll or episode."""
+  num_steps = reward.shape[0] - 1
+  returns = np.zeros([num_steps, reward.shape[1]])
+  for b in range(reward.shape[1]):
+    for s in range(num_steps):
+      total, weight = 0.0, 1.0
+      for t in range(s, num_steps):
+        total += weight * reward[t + 1, b]
+        weight *= gamma
+        if terminated[t + 1, b]:
+          break
+        if truncated[t + 1, b]:
+          total += weight * bootstrap_value[t + 1, b]
+          break
+        if t + 1 == num_steps:
+          total += weight * values[t + 1, b]
+      returns[s, b] = total
+  return returns
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.97])
+def test_on_policy_reduces_to_nstep_returns(gamma):
+  rng = np.random.default_rng(5)
+  num_steps, batch = 8, 4
+  terminated, truncated = unroll_flags(num_steps, batch,
+                                       terminated_at=[(2, 0), (8, 3)],
+                                       truncated_at=[(5, 1), (5, 0)])
+  values = rng.normal(size=[num_steps + 1, batch])
+  reward = rng.normal(size=[num_steps + 1, batch])
+  bootstrap = rng.normal(size=values.shape)
+  log_rhos = np.zeros([num_steps, batch])
+  vs, adv = transition_targets(log_rhos, reward, terminated, truncated,
+                               bootstrap, values, gamma)
+  expected = nstep_returns(reward, terminated, truncated, bootstrap, values,
+                           gamma)
+  np.testing.assert_allclose(vs, expected, rtol=1e-5, atol=1e-5)
+  # On-policy pg advantage = r + gamma * G_{t+1} - V = G_t - V (inside an
+  # episode).
+  np.testing.assert_allclose(adv, expected - values[:-1], rtol=1e-5,
+                             atol=1e-5)
+
+
+def test_vtrace_rejects_bad_inputs():
+  good = random_boundary_inputs(np.random.default_rng(6), 3, 2)
+  with pytest.raises(ValueError, match="clip_c_threshold must be > 0"):
+    run_vtrace(good, clip_c_threshold=0.0)
+  bad = dict(good, rewards=np.zeros([3, 3]))
+  with pytest.raises(ValueError, match="rewards has shape"):
+    run_vtrace(bad)
+  bad = dict(good, trace_mask=np.zeros([3]))
+  with pytest.raises(ValueError, match=r"trace_mask must be time-major"):
+    run_vtrace(bad)
+
+
+# ---------------------------------------------------------------- loss
+
+
+def np_log_softmax(logits):
+  shifted = logits - logits.max(-1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def test_impala_loss_matches_numpy_reference():
+  rng = np.random.default_rng(7)
+  num_steps, batch, num_actions = 6, 4, 3
+  gamma, baseline_cost, entropy_cost = 0.9, 0.5, 0.02
+  logits = rng.normal(size=[num_steps + 1, batch, num_actions])
+  behaviour = rng.normal(size=logits.shape)
+  action = rng.integers(0, num_actions, size=[num_steps + 1, batch])
+  values = rng.normal(size=[num_steps + 1, batch])
+  reward = rng.normal(size=[num_steps + 1, batch])
+  terminated, truncated = unroll_flags(num_steps, batch,
+                                       terminated_at=[(2, 1)],
+                                       truncated_at=[(4, 2)])
+  bootstrap = np.where(truncated, rng.normal(size=values.shape), 0.0)
+
+  total, metrics = loss_lib.impala_loss(
+      distributions.Categorical(num_actions),
+      tf.constant(logits, tf.float32), tf.constant(values, tf.float32),
+      tf.constant(action, tf.int32), tf.constant(behaviour, tf.float32),
+      tf.constant(reward, tf.float32), tf.constant(terminated),
+      tf.constant(truncated), tf.constant(bootstrap, tf.float32),
+      discount=gamma, baseline_cost=baseline_cost, entropy_cost=entropy_cost)
+
+  log_pi = np_log_softmax(logits)[:-1]
+  log_mu = np_log_softmax(behaviour)[:-1]
+  picked = np.take_along_axis(log_pi, action[:-1, :, None], -1)[..., 0]
+  log_rhos = picked - np.take_along_axis(log_mu, action[:-1, :, None],
+                                         -1)[..., 0]
+  vs, adv = reference_from_flags(log_rhos, reward, terminated, truncated,
+                                 bootstrap, values, gamma)
+  policy = -np.mean(picked * adv)
+  baseline = baseline_cost * 0.5 * np.mean((vs - values[:-1])**2)
+  entropy = np.mean(-(np.exp(log_pi) * log_pi).sum(-1))
+  expected_total = policy + baseline - entropy_cost * entropy
+  np.testing.assert_allclose(metrics["loss/policy"], policy, rtol=1e-4)
+  np.testing.assert_allclose(metrics["loss/baseline"], baseline, rtol=1e-4)
+  np.testing.assert_allclose(metrics["policy/entropy"], entropy, rtol=1e-4)
+  np.testing.assert_allclose(total, expected_total, rtol=1e-4)
+  np.testing.assert_allclose(metrics["vtrace/mean_rho"],
+                             np.mean(np.exp(log_rhos)), rtol=1e-4)
+
+
+def test_loss_value_and_gradient_direction_hand_built():
+  # One transition, two actions, uniform policy acting as the behaviour
+  # policy; action 0 earns reward 1 and ends the episode; V(x_0) = 0.25.
+  logits = tf.Variable([[[0.0, 0.0]], [[0.0, 0.0]]])
+  baseline = tf.Variable([[0.25], [0.0]])
+  terminated = tf.constant([[False], [True]])
+  with tf.GradientTape() as tape:
+    total, metrics = loss_lib.impala_loss(
+        distributions.Categorical(2), logits, baseline,
+        tf.constant([[0], [0]]), tf.zeros([2, 1, 2]),
+        tf.constant([[0.0], [1.0]]), terminated, tf.zeros([2, 1], tf.bool),
+        tf.zeros([2, 1]), discount=0.99, baseline_cost=0.5,
+        entropy_cost=0.1)
+  ln2 = math.log(2.0)
+  # vs = 1, advantage = 1 - 0.25.
+  np.testing.assert_allclose(metrics["vtrace/mean_vs"], 1.0, rtol=1e-6)
+  np.testing.assert_allclose(metrics["loss/policy"], 0.75 * ln2, rtol=1e-6)
+  np.testing.assert_allclose(metrics["loss/baseline"], 0.5 * 0.5 * 0.75**2,
+                             rtol=1e-6)
+  np.testing.assert_allclose(metrics["loss/entropy"], -0.1 * ln2, rtol=1e-6)
+  np.testing.assert_allclose(
+      total, 0.75 * ln2 + 0.25 * 0.75**2 - 0.1 * ln2, rtol=1e-6)
+  grad_logits, grad_baseline = tape.gradient(total, [logits, baseline])
+  # Descending the loss raises the rewarded action's logit, lowers the other,
+  # raises V(x_0) towards 1, and leaves the bootstrap step untouched.
+  assert grad_logits[0, 0, 0] < 0 < grad_logits[0, 0, 1]
+  assert grad_baseline[0, 0] < 0
+  np.testing.assert_allclose(grad_logits[1], 0.0)
+  np.testing.assert_allclose(grad_baseline[1], 0.0)
+
+
+def test_reward_clipping():
+  rewards = np.array([-20.0, -1.5, -0.3, 0.0, 0.4, 2.0, 30.0], np.float32)
+  np.testing.assert_allclose(loss_lib.clip_rewards(rewards, "none"), rewards)
+  np.testing.assert_allclose(loss_lib.clip_rewards(rewards, "abs_one"),
+                             np.clip(rewards, -1, 1))
+  squeezed = np.tanh(rewards / 5.0)
+  expected = np.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+  np.testing.assert_allclose(loss_lib.clip_rewards(rewards, "soft_asymmetric"),
+                             expected, rtol=1e-6)
+  with pytest.raises(ValueError, match="allowed: 'none'"):
+    loss_lib.clip_rewards(rewards, "sign")
+
+
+# ---------------------------------------------------------------- distributions
+
+
+def test_categorical_matches_numpy():
+  rng = np.random.default_rng(8)
+  logits = rng.normal(size=[5, 4]).astype(np.float32)
+  action = rng.integers(0, 4, size=[5])
+  dist = distributions.Categorical(4)
+  log_p = np_log_softmax(logits.astype(np.float64))
+  np.testing.assert_allclose(dist.log_prob(logits, action),
+                             log_p[np.arange(5), action], rtol=1e-5)
+  np.testing.assert_allclose(dist.entropy(logits),
+                             -(np.exp(log_p) * log_p).sum(-1), rtol=1e-5)
+  np.testing.assert_array_equal(dist.mode(logits), logits.argmax(-1))
+  sample = dist.sample(tf.constant([[0.0, -1e9, -1e9, -1e9]] * 3))
+  assert sample.dtype == tf.int32
+  np.testing.assert_array_equal(sample, [0, 0, 0])
+
+
+def test_diag_gaussian_matches_numpy():
+  rng = np.random.default_rng(9)
+  mean = rng.normal(size=[6, 2])
+  log_std = rng.normal(scale=0.5, size=[6, 2])
+  params = np.concatenate([mean, log_std], -1).astype(np.float32)
+  action = rng.normal(size=[6, 2]).astype(np.float32)
+  dist = distributions.DiagGaussian(2)
+  std = np.exp(log_std)
+  expected = np.sum(-0.5 * ((action - mean) / std)**2 - np.log(std)
+                    - 0.5 * np.log(2 * np.pi), -1)
+  np.testing.assert_allclose(dist.log_prob(params, action), expected,
+                             rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(
+      dist.entropy(params),
+      np.sum(0.5 * np.log(2 * np.pi * np.e * std**2), -1), rtol=1e-5)
+  np.testing.assert_allclose(dist.mode(params), mean, rtol=1e-6)
+  assert dist.sample(params).shape == (6, 2)
+
+
+def test_for_action_spec_picks_and_rejects():
+  from seed_rl.common.specs import ArraySpec
+  assert isinstance(
+      distributions.for_action_spec(ArraySpec((), "int32", num_values=3)),
+      distributions.Categorical)
+  assert isinstance(
+      distributions.for_action_spec(ArraySpec((3,), "float32")),
+      distributions.DiagGaussian)
+  with pytest.raises(ValueError, match="discrete actions must be scalars"):
+    distributions.for_action_spec(ArraySpec((2,), "int32", num_values=3))
+  with pytest.raises(ValueError, match="continuous actions must be float"):
+    distributions.for_action_spec(ArraySpec((2, 2), "float32"))
