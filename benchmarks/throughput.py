@@ -1,6 +1,9 @@
 """System throughput: env steps/s with training on vs. the same actors alone.
 
-    python benchmarks/throughput.py [--seconds 60] [--only cartpole|pong]
+    python benchmarks/throughput.py [--seconds 60] [--only SETUP ...]
+
+Setups: cartpole (V-trace), pong (V-trace), pong_r2d2 (R2D2): the last two
+side by side show what replay-based training costs against V-trace.
 
 For each setup it runs, one after the other on this machine:
   1. random: the same number of actor processes with the same batched envs,
@@ -32,6 +35,7 @@ sys.path.insert(0, ROOT)
 SETUPS = {
     "cartpole": {"env": "classic", "agent": "vtrace", "actors": 2, "k": 16},
     "pong": {"env": "atari", "agent": "vtrace", "actors": 2, "k": 16},
+    "pong_r2d2": {"env": "atari", "agent": "r2d2", "actors": 2, "k": 16},
 }
 
 
@@ -80,13 +84,15 @@ def random_policy_rate(setup, seconds: float) -> float:
   return sum(s / e for s, e, _ in results)
 
 
-def system_rate(setup, seconds: float):
+def system_rate(setup, seconds: float, bindings=()):
   logdir = tempfile.mkdtemp(prefix="throughput-")
   stats_dir = os.path.join(logdir, "actors")
   cmd = [sys.executable, "-m", "seed_rl.train", setup["env"], setup["agent"],
          str(setup["actors"]), str(setup["k"]), "--logdir", logdir,
          "--max_seconds", str(seconds), "--actor_stats_dir", stats_dir,
          "--gin_bindings", "LearnerConfig.stop_at_target = False"]
+  for b in bindings:
+    cmd += ["--gin_bindings", b]
   subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
                  stderr=subprocess.DEVNULL)
   with open(os.path.join(logdir, "result.json")) as f:
@@ -104,18 +110,24 @@ def main(argv=None) -> int:
                               formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--seconds", type=float, default=60.0,
                  help="length of each system run (random runs: a third)")
-  p.add_argument("--only", choices=sorted(SETUPS), default=None)
+  p.add_argument("--only", choices=sorted(SETUPS), action="append",
+                 default=None, help="run only these setups (repeatable)")
   p.add_argument("--actors", type=int, default=None)
   p.add_argument("--envs_per_actor", type=int, default=None)
+  p.add_argument("--gin_bindings", action="append", default=[],
+                 help="extra learner bindings for the system runs")
+  p.add_argument("--skip_random", action="store_true",
+                 help="skip the random-policy runs (ratio omitted)")
   args = p.parse_args(argv)
   for name, setup in SETUPS.items():
-    if args.only and name != args.only:
+    if args.only and name not in args.only:
       continue
     setup = dict(setup)
     setup["actors"] = args.actors or setup["actors"]
     setup["k"] = args.envs_per_actor or setup["k"]
-    random_rate = random_policy_rate(setup, max(10.0, args.seconds / 3))
-    result, actors = system_rate(setup, args.seconds)
+    random_rate = (float("nan") if args.skip_random else
+                   random_policy_rate(setup, max(10.0, args.seconds / 3)))
+    result, actors = system_rate(setup, args.seconds, args.gin_bindings)
     steady = result.get("steady_state", {})
     system = steady.get("env_steps_per_s", 0.0)
     busy = [a["env_s"] + a["learner_wait_s"] for a in actors]
@@ -147,6 +159,7 @@ def main(argv=None) -> int:
         "actor_cores": round(sum(a["cpu_s"] / max(a["seconds"], 1e-9)
                                  for a in actors), 3),
         "window_s": steady.get("window_s"),
+        "gin_bindings": args.gin_bindings,
     }
     print(json.dumps(out), flush=True)
   return 0

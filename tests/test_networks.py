@@ -1,4 +1,5 @@
-"""Torsos and the V-trace actor-critic: shapes, resets, step == unroll."""
+"""Torsos and the V-trace actor-critic: shapes, resets, step == unroll,
+checkpoint round trips."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl.agents.vtrace import distributions
 from seed_rl.agents.vtrace import networks
 from seed_rl.atari.networks import atari_torso
 from seed_rl.classic.networks import mlp_torso
+from seed_rl.common import distributions
 from seed_rl.common.specs import ArraySpec
 
 NUM_ACTIONS = 3
@@ -58,6 +59,59 @@ def test_atari_torso_scales_inside():
   np.testing.assert_allclose(from_uint8, expected, rtol=1e-5, atol=1e-6)
 
 
+def _restored_copy(make, tmp_path):
+  """Saves a fresh `make()` and restores it into another fresh one."""
+  saved, restored = make(), make()
+  path = tf.train.Checkpoint(net=saved).save(str(tmp_path / "ckpt"))
+  tf.train.Checkpoint(net=restored).restore(path).assert_consumed()
+  return saved, restored
+
+
+@pytest.mark.parametrize("kind", ["impala", "nature"])
+def test_atari_torso_network_checkpoint_round_trip(kind, tmp_path):
+  # Nothing but the checkpoint ties the two networks together (no optimizer
+  # holds their variables, as for a target network), so every layer of the
+  # conv stack must be tracked for the outputs to agree.
+  spec = ArraySpec((84, 84, 4), "uint8")
+
+  def make():
+    torso = functools.partial(atari_torso, kind=kind, dense_size=16,
+                              impala_channels=(4, 8))
+    net = networks.ActorCriticNetwork(torso, NUM_ACTIONS, tf.identity)
+    networks.build_network(net, spec, ArraySpec((), "int32"))
+    return net
+
+  saved, restored = _restored_copy(make, tmp_path)
+  frames = np.random.default_rng(4).integers(0, 256, [2, 84, 84, 4],
+                                             dtype=np.uint8)
+  args = (np.zeros([2], np.int32), np.zeros([2], np.float32),
+          np.zeros([2], bool), ())
+  expected, _, _ = saved.step(frames, *args)
+  got, _, _ = restored.step(frames, *args)
+  np.testing.assert_array_equal(got, expected)
+  assert len(restored.torso.conv_layers) == (3 if kind == "nature" else 8)
+
+
+def test_mlp_torso_checkpoint_round_trip(tmp_path):
+  def make():
+    torso = mlp_torso(hidden_sizes=(8, 8))
+    torso(np.zeros([1, 3], np.float32))
+    return torso
+
+  saved, restored = _restored_copy(make, tmp_path)
+  x = np.random.default_rng(5).normal(size=[4, 3]).astype(np.float32)
+  np.testing.assert_array_equal(restored(x), saved(x))
+
+
+def test_action_features():
+  one_hot = networks.action_features(distributions.Categorical(3))
+  np.testing.assert_array_equal(one_hot(np.array([2, 0], np.int32)),
+                                [[0, 0, 1], [1, 0, 0]])
+  gaussian = distributions.DiagGaussian(2, bounds="none")
+  features = networks.action_features(gaussian)(np.ones([3, 2], np.float64))
+  assert features.dtype == tf.float32 and features.shape == (3, 2)
+
+
 def test_atari_torso_rejects_unknown_kind():
   with pytest.raises(ValueError, match="kind 'resnet' is unknown"):
     atari_torso(kind="resnet")
@@ -68,7 +122,7 @@ def make_network(use_lstm, separate_value_torso=False):
   network = networks.ActorCriticNetwork(
       torso_fn=functools.partial(mlp_torso, hidden_sizes=(16,)),
       num_policy_params=dist.num_params,
-      action_features=dist.action_features,
+      action_features=networks.action_features(dist),
       use_lstm=use_lstm,
       lstm_size=8,
       separate_value_torso=separate_value_torso)

@@ -1,4 +1,4 @@
-"""V-trace targets, IMPALA loss and action distributions vs NumPy references.
+"""V-trace targets and the IMPALA loss vs NumPy references.
 
 The references are written with plain loops from Espeholt et al. 2018
 (arXiv 1802.01561), eq. (1) in its n-step product form (not the backward
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl.agents.vtrace import distributions
 from seed_rl.agents.vtrace import loss as loss_lib
 from seed_rl.agents.vtrace import vtrace
+from seed_rl.common import distributions
 
 # ---------------------------------------------------------------- references
 
@@ -187,6 +187,18 @@ def unroll_flags(num_steps, batch, terminated_at=(), truncated_at=()):
   return terminated, truncated
 
 
+def targets_matching_reference(log_rhos, reward, terminated, truncated,
+                               bootstrap, values, gamma):
+  """transition_targets, asserted equal to reference_from_flags."""
+  vs, adv = transition_targets(log_rhos, reward, terminated, truncated,
+                               bootstrap, values, gamma)
+  ref_vs, ref_adv = reference_from_flags(log_rhos, reward, terminated,
+                                         truncated, bootstrap, values, gamma)
+  np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
+  return vs, adv
+
+
 def test_termination_mid_unroll():
   rng = np.random.default_rng(2)
   num_steps, batch = 6, 3
@@ -196,12 +208,8 @@ def test_termination_mid_unroll():
   reward = rng.normal(size=[num_steps + 1, batch])
   log_rhos = rng.normal(size=[num_steps, batch])
   bootstrap = np.zeros_like(values)
-  vs, adv = transition_targets(log_rhos, reward, terminated, truncated,
-                               bootstrap, values, 0.9)
-  ref_vs, ref_adv = reference_from_flags(log_rhos, reward, terminated,
-                                         truncated, bootstrap, values, 0.9)
-  np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
+  vs, _ = targets_matching_reference(log_rhos, reward, terminated, truncated,
+                                     bootstrap, values, 0.9)
   # The step before a termination does not bootstrap at all.
   rho = min(1.0, math.exp(log_rhos[2, 0]))
   np.testing.assert_allclose(
@@ -218,12 +226,8 @@ def test_truncation_mid_unroll_bootstraps_and_cuts_trace():
   log_rhos = rng.normal(size=[num_steps, batch])
   bootstrap = np.zeros_like(values)
   bootstrap[3, 0], bootstrap[5, 1] = 7.5, -4.0
-  vs, adv = transition_targets(log_rhos, reward, terminated, truncated,
-                               bootstrap, values, 0.9)
-  ref_vs, ref_adv = reference_from_flags(log_rhos, reward, terminated,
-                                         truncated, bootstrap, values, 0.9)
-  np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
+  vs, adv = targets_matching_reference(log_rhos, reward, terminated,
+                                       truncated, bootstrap, values, 0.9)
   # The last step of the truncated episode bootstraps from bootstrap_value.
   rho = min(1.0, math.exp(log_rhos[2, 0]))
   np.testing.assert_allclose(
@@ -408,55 +412,3 @@ def test_reward_clipping():
                              expected, rtol=1e-6)
   with pytest.raises(ValueError, match="allowed: 'none'"):
     loss_lib.clip_rewards(rewards, "sign")
-
-
-# ---------------------------------------------------------------- distributions
-
-
-def test_categorical_matches_numpy():
-  rng = np.random.default_rng(8)
-  logits = rng.normal(size=[5, 4]).astype(np.float32)
-  action = rng.integers(0, 4, size=[5])
-  dist = distributions.Categorical(4)
-  log_p = np_log_softmax(logits.astype(np.float64))
-  np.testing.assert_allclose(dist.log_prob(logits, action),
-                             log_p[np.arange(5), action], rtol=1e-5)
-  np.testing.assert_allclose(dist.entropy(logits),
-                             -(np.exp(log_p) * log_p).sum(-1), rtol=1e-5)
-  np.testing.assert_array_equal(dist.mode(logits), logits.argmax(-1))
-  sample = dist.sample(tf.constant([[0.0, -1e9, -1e9, -1e9]] * 3))
-  assert sample.dtype == tf.int32
-  np.testing.assert_array_equal(sample, [0, 0, 0])
-
-
-def test_diag_gaussian_matches_numpy():
-  rng = np.random.default_rng(9)
-  mean = rng.normal(size=[6, 2])
-  log_std = rng.normal(scale=0.5, size=[6, 2])
-  params = np.concatenate([mean, log_std], -1).astype(np.float32)
-  action = rng.normal(size=[6, 2]).astype(np.float32)
-  dist = distributions.DiagGaussian(2)
-  std = np.exp(log_std)
-  expected = np.sum(-0.5 * ((action - mean) / std)**2 - np.log(std)
-                    - 0.5 * np.log(2 * np.pi), -1)
-  np.testing.assert_allclose(dist.log_prob(params, action), expected,
-                             rtol=1e-4, atol=1e-5)
-  np.testing.assert_allclose(
-      dist.entropy(params),
-      np.sum(0.5 * np.log(2 * np.pi * np.e * std**2), -1), rtol=1e-5)
-  np.testing.assert_allclose(dist.mode(params), mean, rtol=1e-6)
-  assert dist.sample(params).shape == (6, 2)
-
-
-def test_for_action_spec_picks_and_rejects():
-  from seed_rl.common.specs import ArraySpec
-  assert isinstance(
-      distributions.for_action_spec(ArraySpec((), "int32", num_values=3)),
-      distributions.Categorical)
-  assert isinstance(
-      distributions.for_action_spec(ArraySpec((3,), "float32")),
-      distributions.DiagGaussian)
-  with pytest.raises(ValueError, match="discrete actions must be scalars"):
-    distributions.for_action_spec(ArraySpec((2,), "int32", num_values=3))
-  with pytest.raises(ValueError, match="continuous actions must be float"):
-    distributions.for_action_spec(ArraySpec((2, 2), "float32"))

@@ -14,7 +14,9 @@ import pytest
 import tensorflow as tf
 
 from seed_rl.agents.vtrace.agent import VtraceAgent, create_agent
+from seed_rl.agents.vtrace.agent import policy_distribution
 from seed_rl.agents.vtrace.config import VtraceConfig
+from seed_rl.common import distributions
 from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 
@@ -296,6 +298,25 @@ def test_continuous_actions():
       extras={"logits": np.zeros([2, t1, 4], np.float32)}, core_state=(),
       policy_version=np.zeros([2, t1], np.int64)))
   assert np.isfinite(agent.train_step()["loss/total"])
+
+
+def test_policy_distribution_ignores_box_bounds():
+  # The env must get the very sample whose log-prob the learner recomputes,
+  # so a Box does not make V-trace clip or squash.
+  box = ArraySpec((2,), "float32", "action", minimum=-1.0, maximum=1.0)
+  gaussian = policy_distribution(box)
+  assert isinstance(gaussian, distributions.DiagGaussian)
+  assert gaussian.bounds == "none" and gaussian.num_params == 4
+  params = tf.constant([[5.0, -5.0, -20.0, -20.0]])
+  action, raw = gaussian.mode(params)
+  np.testing.assert_array_equal(action, [[5.0, -5.0]])
+  np.testing.assert_array_equal(action, raw)
+  assert isinstance(policy_distribution(ACTION_SPEC),
+                    distributions.Categorical)
+  with pytest.raises(ValueError, match="discrete actions must be scalars"):
+    policy_distribution(ArraySpec((2,), "int32", num_values=3))
+  with pytest.raises(ValueError, match="continuous actions must be float"):
+    policy_distribution(ArraySpec((2, 2), "float32"))
 
 
 def act_inputs_continuous(observation):

@@ -44,30 +44,36 @@ class AtariTorso(keras.layers.Layer):
       raise ValueError(f"atari_torso: dense_size must be positive, got "
                        f"{dense_size}")
     self.kind = kind
-    self.conv_layers = []
+    layers = []
     if kind == "nature":
       for filters, size, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-        self.conv_layers.append(
-            keras.layers.Conv2D(filters, size, strides=stride,
-                                activation="relu"))
+        layers.append(keras.layers.Conv2D(filters, size, strides=stride,
+                                          activation="relu"))
     else:
       channels = tuple(int(c) for c in impala_channels)
       if not channels or any(c < 1 for c in channels):
         raise ValueError(f"atari_torso: impala_channels must be positive "
                          f"channel counts, got {impala_channels}")
       for c in channels:
-        self.conv_layers.append(keras.layers.Conv2D(c, 3, padding="same"))
-        self.conv_layers.append(
-            keras.layers.MaxPooling2D(3, strides=2, padding="same"))
-        self.conv_layers.append(ResidualBlock(c))
-        self.conv_layers.append(ResidualBlock(c))
+        layers.append(keras.layers.Conv2D(c, 3, padding="same"))
+        layers.append(keras.layers.MaxPooling2D(3, strides=2, padding="same"))
+        layers.append(ResidualBlock(c))
+        layers.append(ResidualBlock(c))
+    # A Sequential, not a Python list: tf.train.Checkpoint does not follow
+    # lists held by Keras 3 layers, so a network no optimizer references
+    # (a target network) would restore without its conv weights.
+    self.conv_stack = keras.Sequential(layers, name="conv_stack")
     self.dense = keras.layers.Dense(dense_size, activation="relu")
+
+  @property
+  def conv_layers(self):
+    """The convolutional layers, in order (dense layer excluded)."""
+    return self.conv_stack.layers
 
   def call(self, frames):
     # Frames stay uint8 on the wire and in unrolls (4x smaller); scale here.
     x = keras.ops.cast(frames, "float32") / 255.0
-    for layer in self.conv_layers:
-      x = layer(x)
+    x = self.conv_stack(x)
     if self.kind == "impala":
       x = keras.ops.relu(x)
     x = keras.ops.reshape(x, (-1, math.prod(x.shape[1:])))

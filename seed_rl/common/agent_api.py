@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -166,3 +166,145 @@ class Agent(abc.ABC):
 
   def stop(self) -> None:
     """Unblocks `train_step` and `add_unrolls` at shutdown."""
+
+
+# ---- helpers shared by agents (NumPy only, like the rest of this module) ---
+
+
+def check_act_inputs(inputs: ActInputs, observation_spec: ArraySpec,
+                     action_spec: Optional[ArraySpec] = None,
+                     num_core_arrays: int = 0) -> ActInputs:
+  """Validates one inference call's inputs and gives them canonical dtypes.
+
+  Args:
+    inputs: what the runtime passed to `Agent.act`.
+    observation_spec: observation must be [B, *obs_shape] of its dtype.
+    action_spec: when given (agents that feed the previous action to their
+      network), prev_action must be [B, *action_shape] of its dtype.
+    num_core_arrays: arrays the agent's core state holds (0: feed-forward).
+
+  Returns:
+    The inputs with reward float32 [B], done and eval_mask bool [B] and each
+    core_state array float32.
+
+  Raises:
+    ValueError: naming the field, the shape or dtype found and the expected.
+  """
+  batch_size = int(inputs.observation.shape[0])
+  observation_spec.check_batch(inputs.observation, batch_size,
+                               "ActInputs.observation")
+  if action_spec is not None:
+    action_spec.check_batch(inputs.prev_action, batch_size,
+                            "ActInputs.prev_action")
+  converted = {}
+  for name, dtype in (("reward", np.float32), ("done", np.bool_),
+                      ("eval_mask", np.bool_)):
+    array = np.asarray(getattr(inputs, name), dtype)
+    if array.shape != (batch_size,):
+      raise ValueError(f"ActInputs.{name}: shape {list(array.shape)}, "
+                       f"expected [{batch_size}]")
+    converted[name] = array
+  if len(inputs.core_state) != num_core_arrays:
+    raise ValueError(
+        f"ActInputs.core_state has {len(inputs.core_state)} arrays, expected "
+        f"{num_core_arrays} (use initial_core_state(B))")
+  converted["core_state"] = tuple(
+      np.asarray(s, np.float32) for s in inputs.core_state)
+  return dataclasses.replace(inputs, **converted)
+
+
+def check_unroll(
+    unroll: Unroll, unroll_length: int, observation_spec: ArraySpec,
+    action_spec: ArraySpec,
+    required_extras: Optional[Mapping[str, Tuple[int, ...]]] = None,
+    core_state_shapes: Sequence[Tuple[int, ...]] = ()) -> None:
+  """Raises ValueError unless `unroll` holds B unrolls of T+1 steps.
+
+  Every per-step field must be [B, T+1, ...] with T = unroll_length;
+  observation, prev_action and action also carry their spec's dtype,
+  terminated and truncated are bool, and discrete actions lie in
+  [0, num_values). Messages name the field, what was found and what was
+  expected.
+
+  Args:
+    unroll: what the runtime passed to `Agent.add_unrolls`.
+    unroll_length: T.
+    observation_spec, action_spec: the agent's specs.
+    required_extras: name -> per-step shape after [B, T+1] of the extras the
+      agent's `act` stores and its training reads.
+    core_state_shapes: shape after [B] of each core_state array; () for
+      feed-forward agents.
+  """
+  b, t1 = unroll.batch_size, unroll_length + 1
+
+  def check(name, array, shape, dtype=None):
+    array = np.asarray(array)
+    if tuple(array.shape) != tuple(shape):
+      raise ValueError(f"Unroll.{name}: shape {list(array.shape)}, expected "
+                       f"{list(shape)} (batch {b}, unroll_length + 1 = {t1})")
+    if dtype is not None and array.dtype != np.dtype(dtype):
+      raise ValueError(f"Unroll.{name}: dtype {array.dtype.name}, expected "
+                       f"{np.dtype(dtype).name}")
+
+  check("env_ids", unroll.env_ids, (b,))
+  check("observation", unroll.observation, (b, t1) + observation_spec.shape,
+        observation_spec.dtype)
+  for name in ("prev_action", "action"):
+    check(name, getattr(unroll, name), (b, t1) + action_spec.shape,
+          action_spec.dtype)
+  for name in ("reward", "bootstrap_value", "value", "policy_version"):
+    check(name, getattr(unroll, name), (b, t1))
+  for name in ("terminated", "truncated"):
+    check(name, getattr(unroll, name), (b, t1), np.bool_)
+  action = np.asarray(unroll.action)
+  if action_spec.is_discrete and action.size and (
+      action.min() < 0 or action.max() >= action_spec.num_values):
+    raise ValueError(f"Unroll.action: values must lie in [0, "
+                     f"{action_spec.num_values}), got range [{action.min()}, "
+                     f"{action.max()}]")
+  for name, shape in (required_extras or {}).items():
+    if name not in unroll.extras:
+      raise ValueError(f"Unroll.extras lacks {name!r} (stored by the agent's "
+                       f"act()); has {sorted(unroll.extras)}")
+    check(f"extras[{name!r}]", unroll.extras[name], (b, t1) + tuple(shape))
+  if len(unroll.core_state) != len(core_state_shapes):
+    raise ValueError(f"Unroll.core_state has {len(unroll.core_state)} "
+                     f"arrays, expected {len(core_state_shapes)}")
+  for i, (state, shape) in enumerate(zip(unroll.core_state,
+                                         core_state_shapes)):
+    check(f"core_state[{i}]", state, (b,) + tuple(shape))
+
+
+def policy_lag(learner_step: int, policy_version: np.ndarray) -> float:
+  """perf/policy_lag: learner steps between the weights that acted and now.
+
+  On-policy agents see how far actors trail the learner; replay agents the
+  mean age of the sampled data.
+  """
+  return float(learner_step) - float(np.mean(policy_version))
+
+
+def unroll_rows(unroll: Unroll, rows: Any) -> Unroll:
+  """The unrolls at `rows` of the batch axis, every field alike.
+
+  `rows` is anything NumPy indexes one axis with: a slice (views, no copies),
+  an index array or a boolean mask [B] (copies).
+  """
+  fields = {}
+  for field in dataclasses.fields(Unroll):
+    value = getattr(unroll, field.name)
+    if field.name == "extras":
+      value = {name: array[rows] for name, array in value.items()}
+    elif field.name == "core_state":
+      value = tuple(array[rows] for array in value)
+    else:
+      value = value[rows]
+    fields[field.name] = value
+  return Unroll(**fields)
+
+
+def time_major(array: np.ndarray, dtype: Any = None) -> np.ndarray:
+  """Batch-major [B, T+1, ...] -> time-major [T+1, B, ...] (a view), cast
+  to `dtype` when given (without a copy when it already has it)."""
+  array = np.swapaxes(np.asarray(array), 0, 1)
+  return array if dtype is None else array.astype(dtype, copy=False)

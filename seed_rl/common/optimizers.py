@@ -1,10 +1,11 @@
-"""Optimizer and learning-rate schedule factory shared by agents."""
+"""Optimizer, learning-rate schedule and step-counter factories for agents."""
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import keras
+import tensorflow as tf
 
 _OPTIMIZERS = ("adam", "rmsprop")
 
@@ -41,7 +42,9 @@ def make_optimizer(name: str,
                    epsilon: float = 1e-7,
                    max_grad_norm: Optional[float] = None,
                    rmsprop_decay: float = 0.99,
-                   momentum: float = 0.0) -> keras.optimizers.Optimizer:
+                   momentum: float = 0.0,
+                   variables: Optional[Sequence[tf.Variable]] = None
+                  ) -> keras.optimizers.Optimizer:
   """Builds a Keras 3 optimizer.
 
   Args:
@@ -51,6 +54,8 @@ def make_optimizer(name: str,
     max_grad_norm: clip gradients by global norm; None or 0 disables.
     rmsprop_decay: RMSProp's rho (IMPALA used 0.99).
     momentum: RMSProp momentum.
+    variables: when given, the optimizer's slots are created for them now,
+      so a checkpoint restores into it before the first training step.
   """
   if not epsilon > 0:
     raise ValueError(f"optimizer epsilon must be > 0, got {epsilon}")
@@ -59,11 +64,22 @@ def make_optimizer(name: str,
                      f"clipping), got {max_grad_norm}")
   clipnorm = float(max_grad_norm) if max_grad_norm else None
   if name == "adam":
-    return keras.optimizers.Adam(learning_rate=learning_rate, epsilon=epsilon,
-                                 global_clipnorm=clipnorm)
-  if name == "rmsprop":
-    return keras.optimizers.RMSprop(learning_rate=learning_rate,
-                                    rho=rmsprop_decay, momentum=momentum,
-                                    epsilon=epsilon, global_clipnorm=clipnorm)
-  raise ValueError(f"optimizer {name!r} is unknown; allowed: "
-                   f"{', '.join(_OPTIMIZERS)}")
+    optimizer = keras.optimizers.Adam(learning_rate=learning_rate,
+                                      epsilon=epsilon,
+                                      global_clipnorm=clipnorm)
+  elif name == "rmsprop":
+    optimizer = keras.optimizers.RMSprop(learning_rate=learning_rate,
+                                         rho=rmsprop_decay, momentum=momentum,
+                                         epsilon=epsilon,
+                                         global_clipnorm=clipnorm)
+  else:
+    raise ValueError(f"optimizer {name!r} is unknown; allowed: "
+                     f"{', '.join(_OPTIMIZERS)}")
+  if variables is not None:
+    optimizer.build(variables)
+  return optimizer
+
+
+def learner_step_counter() -> tf.Variable:
+  """int64 learner steps done: checkpointed, drives the agents' schedules."""
+  return tf.Variable(0, dtype=tf.int64, trainable=False, name="learner_step")

@@ -19,6 +19,7 @@ import tensorflow as tf
 from seed_rl.agents.dqn import networks
 from seed_rl.agents.dqn import targets as targets_lib
 from seed_rl.agents.dqn.config import DQNConfig
+from seed_rl.common import agent_api
 from seed_rl.common import optimizers
 from seed_rl.common import replay as replay_lib
 from seed_rl.common import value_rescaling
@@ -44,11 +45,9 @@ class DQNAgent(Agent):
     self._target = self._make_network("dqn_target")
     self._optimizer = optimizers.make_optimizer(
         "adam", cfg.learning_rate, epsilon=cfg.adam_epsilon,
-        max_grad_norm=cfg.max_grad_norm)
-    # Slots exist before any restore, so a checkpoint loads immediately.
-    self._optimizer.build(self._online.trainable_variables)
-    self._step_counter = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                     name="learner_step")
+        max_grad_norm=cfg.max_grad_norm,
+        variables=self._online.trainable_variables)
+    self._step_counter = optimizers.learner_step_counter()
     self._replay = replay_lib.PrioritizedReplay(
         cfg.replay_capacity, priority_exponent=cfg.priority_exponent,
         importance_sampling_exponent=cfg.importance_sampling_exponent,
@@ -112,13 +111,8 @@ class DQNAgent(Agent):
     return beta0 + fraction * (1.0 - beta0)
 
   def act(self, inputs: ActInputs) -> ActOutputs:
-    batch_size = int(inputs.observation.shape[0])
-    self.observation_spec.check_batch(inputs.observation, batch_size,
-                                      "ActInputs.observation")
-    eval_mask = np.asarray(inputs.eval_mask, bool)
-    if eval_mask.shape != (batch_size,):
-      raise ValueError(f"ActInputs.eval_mask: shape {list(eval_mask.shape)}, "
-                       f"expected [{batch_size}]")
+    inputs = agent_api.check_act_inputs(inputs, self.observation_spec)
+    batch_size, eval_mask = len(inputs.eval_mask), inputs.eval_mask
     q_explore, q_greedy = (q.numpy() for q in self._act_fn(inputs.observation))
     # Evaluation rows act on the noise-free Q (identical without NoisyNet).
     q = np.where(eval_mask[:, None], q_greedy, q_explore)
@@ -137,7 +131,8 @@ class DQNAgent(Agent):
                       core_state=())
 
   def add_unrolls(self, unrolls: Unroll) -> None:
-    self._check_unroll(unrolls)
+    agent_api.check_unroll(unrolls, self.unroll_length,
+                           self.observation_spec, self.action_spec)
     items = self.unrolls_to_transitions(unrolls)
     num = int(items["action"].shape[0])
     # Insert first, then wait: the limiter never counts transitions the
@@ -202,7 +197,8 @@ class DQNAgent(Agent):
         "dqn/epsilon": self.epsilon(step),
         # With replay this is the age of the sampled data in learner steps
         # (about replay_capacity / 2 / env steps per learner step when full).
-        "perf/policy_lag": step - float(np.mean(items["policy_version"])),
+        "perf/policy_lag": agent_api.policy_lag(step,
+                                                items["policy_version"]),
     })
     return result
 
@@ -210,8 +206,9 @@ class DQNAgent(Agent):
     # Replay contents are not checkpointed: a restored run refills replay
     # (min_replay_size transitions) before training resumes.
     # The variable lists are explicit because tf.train.Checkpoint does not
-    # follow Keras 3 layers kept in Python lists (e.g. a torso's conv stack):
-    # without them the target network could restore only partly.
+    # follow Keras 3 layers kept in Python lists: the built-in torsos avoid
+    # them, but with a custom torso that uses one the target network (which
+    # no optimizer references) would otherwise restore only partly.
     return {"online_network": self._online, "target_network": self._target,
             "online_variables": list(self._online.variables),
             "target_variables": list(self._target.trainable_variables),
@@ -294,33 +291,6 @@ class DQNAgent(Agent):
       return td_error, metrics
 
     return train_fn
-
-  # ---- validation --------------------------------------------------------
-
-  def _check_unroll(self, unroll: Unroll) -> None:
-    b, t1 = unroll.batch_size, self.unroll_length + 1
-
-    def check(name, array, shape, dtype=None):
-      array = np.asarray(array)
-      if tuple(array.shape) != tuple(shape):
-        raise ValueError(f"Unroll.{name}: shape {list(array.shape)}, expected "
-                         f"{list(shape)} (batch {b}, unroll_length + 1 = {t1})")
-      if dtype is not None and array.dtype != np.dtype(dtype):
-        raise ValueError(f"Unroll.{name}: dtype {array.dtype.name}, expected "
-                         f"{np.dtype(dtype).name}")
-
-    check("observation", unroll.observation,
-          (b, t1) + self.observation_spec.shape, self.observation_spec.dtype)
-    check("action", unroll.action, (b, t1))
-    for name in ("reward", "bootstrap_value", "policy_version"):
-      check(name, getattr(unroll, name), (b, t1))
-    for name in ("terminated", "truncated"):
-      check(name, getattr(unroll, name), (b, t1), np.bool_)
-    action = np.asarray(unroll.action)
-    if action.size and (action.min() < 0 or action.max() >= self.num_actions):
-      raise ValueError(f"Unroll.action: values must lie in [0, "
-                       f"{self.num_actions}), got range [{action.min()}, "
-                       f"{action.max()}]")
 
 
 def create_agent(observation_spec: ArraySpec, action_spec: ArraySpec,

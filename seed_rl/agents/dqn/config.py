@@ -9,6 +9,7 @@ import gin
 import keras
 
 from seed_rl.classic.networks import mlp_torso
+from seed_rl.common import config_checks as checks
 from seed_rl.common import noisy as noisy_lib
 
 _NOISY = (None,) + noisy_lib.NOISE_TYPES
@@ -110,86 +111,48 @@ class DQNConfig:
 
   def __post_init__(self):
     self.head_hidden = tuple(int(h) for h in self.head_hidden)
-    for name in ("n_step", "replay_capacity", "total_learner_steps",
-                 "min_replay_size", "batch_size", "target_update_period",
-                 "epsilon_decay_steps", "unroll_length"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"DQNConfig.{name} must be a positive integer, got "
-                         f"{value!r}")
+    checks.positive_ints(self, "n_step", "replay_capacity",
+                         "total_learner_steps", "min_replay_size",
+                         "batch_size", "target_update_period",
+                         "epsilon_decay_steps", "unroll_length")
     if any(h < 1 for h in self.head_hidden):
-      raise ValueError(f"DQNConfig.head_hidden must hold positive layer "
-                       f"widths, got {self.head_hidden}")
+      checks.fail(self, f"head_hidden must hold positive layer widths, got "
+                  f"{self.head_hidden}")
     if self.unroll_length < self.n_step:
-      raise ValueError(
-          f"DQNConfig.unroll_length ({self.unroll_length}) must be >= n_step "
+      checks.fail(
+          self, f"unroll_length ({self.unroll_length}) must be >= n_step "
           f"({self.n_step}): an unroll of unroll_length + 1 steps overlapping "
           f"the previous one by n_step steps would hold no new transition")
-    if not 0 < self.discount <= 1:
-      raise ValueError(f"DQNConfig.discount must be in (0, 1]; 0 would ignore "
-                       f"all future rewards, got {self.discount}")
-    if self.value_rescaling_eps < 0:
-      raise ValueError(f"DQNConfig.value_rescaling_eps must be >= 0 (h is not "
-                       f"invertible otherwise), got {self.value_rescaling_eps}")
-    if not self.huber_delta > 0:
-      raise ValueError(f"DQNConfig.huber_delta must be > 0, got "
-                       f"{self.huber_delta}")
-    if self.min_replay_size > self.replay_capacity:
-      raise ValueError(
-          f"DQNConfig.min_replay_size ({self.min_replay_size}) exceeds "
-          f"replay_capacity ({self.replay_capacity}): training would never "
-          f"start")
+    checks.discount(self)
+    checks.non_negative(self, "value_rescaling_eps",
+                        why="h is not invertible otherwise")
+    checks.positive(self, "huber_delta")
+    checks.min_replay_size(self)
     if self.min_replay_size < self.batch_size:
-      raise ValueError(
-          f"DQNConfig.min_replay_size ({self.min_replay_size}) must be >= "
+      checks.fail(
+          self, f"min_replay_size ({self.min_replay_size}) must be >= "
           f"batch_size ({self.batch_size}) so the first batch is not mostly "
           f"duplicates")
-    if self.priority_exponent < 0:
-      raise ValueError(f"DQNConfig.priority_exponent must be >= 0, got "
-                       f"{self.priority_exponent}")
-    if not 0 <= self.importance_sampling_exponent <= 1:
-      raise ValueError(f"DQNConfig.importance_sampling_exponent must lie in "
-                       f"[0, 1], got {self.importance_sampling_exponent}")
-    if not self.priority_epsilon > 0:
-      raise ValueError(f"DQNConfig.priority_epsilon must be > 0 so a "
-                       f"perfectly fit transition can still be sampled, got "
-                       f"{self.priority_epsilon}")
-    if not self.samples_per_insert > 0:
-      raise ValueError(f"DQNConfig.samples_per_insert must be > 0 (0 would "
-                       f"never train), got {self.samples_per_insert}")
-    if (self.rate_limiter_error_buffer is not None
-        and 2 * self.rate_limiter_error_buffer < self.batch_size):
-      raise ValueError(
-          f"DQNConfig.rate_limiter_error_buffer "
-          f"({self.rate_limiter_error_buffer}) must be >= batch_size / 2 "
-          f"({self.batch_size / 2}), else acting and training can deadlock")
-    if not self.learning_rate > 0:
-      raise ValueError(f"DQNConfig.learning_rate must be > 0, got "
-                       f"{self.learning_rate}")
-    if not self.adam_epsilon > 0:
-      raise ValueError(f"DQNConfig.adam_epsilon must be > 0 (it guards a "
-                       f"division), got {self.adam_epsilon}")
-    if self.max_grad_norm is not None and self.max_grad_norm < 0:
-      raise ValueError(f"DQNConfig.max_grad_norm must be >= 0 (0 or None "
-                       f"disables clipping), got {self.max_grad_norm}")
-    for name in ("epsilon_start", "epsilon_end"):
-      if not 0 <= getattr(self, name) <= 1:
-        raise ValueError(f"DQNConfig.{name} must lie in [0, 1], got "
-                         f"{getattr(self, name)}")
+    checks.non_negative(self, "priority_exponent")
+    checks.in_unit_interval(self, "importance_sampling_exponent")
+    checks.positive(self, "priority_epsilon",
+                    why="so a perfectly fit transition can still be sampled")
+    checks.positive(self, "samples_per_insert", why="0 would never train")
+    checks.rate_limiter_error_buffer(self, self.rate_limiter_error_buffer)
+    checks.positive(self, "learning_rate")
+    checks.optimizer_epsilon(self, "adam_epsilon")
+    checks.max_grad_norm(self)
+    checks.in_unit_interval(self, "epsilon_start", "epsilon_end")
     if self.noisy not in _NOISY:
-      raise ValueError(f"DQNConfig.noisy must be one of {_NOISY}, got "
-                       f"{self.noisy!r}")
+      checks.fail(self, f"noisy must be one of {_NOISY}, got {self.noisy!r}")
     if self.noisy is not None and (self.epsilon_start or self.epsilon_end):
       raise ValueError(
           "DQNConfig: with noisy layers exploration comes from the noise; set "
           "epsilon_start = epsilon_end = 0 (Fortunato et al. 2017), got "
           f"{self.epsilon_start} -> {self.epsilon_end}")
     if self.noisy_sigma0 is not None and not self.noisy_sigma0 > 0:
-      raise ValueError(f"DQNConfig.noisy_sigma0 must be > 0, got "
-                       f"{self.noisy_sigma0}")
+      checks.fail(self, f"noisy_sigma0 must be > 0, got {self.noisy_sigma0}")
     if self.noisy is None and self.noisy_sigma0 is not None:
-      raise ValueError("DQNConfig.noisy_sigma0 is set but noisy is None; "
-                       "pick 'ig' or 'fg' or drop noisy_sigma0")
-    if not callable(self.torso):
-      raise ValueError(f"DQNConfig.torso must be a callable returning a Keras "
-                       f"layer (e.g. @mlp_torso), got {self.torso!r}")
+      checks.fail(self, "noisy_sigma0 is set but noisy is None; pick 'ig' or "
+                  "'fg' or drop noisy_sigma0")
+    checks.torso_factory(self)

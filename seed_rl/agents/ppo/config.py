@@ -9,6 +9,7 @@ import gin
 import keras
 
 from seed_rl.agents.ppo.loss import LOSS_TYPES
+from seed_rl.common import config_checks as checks
 
 _LOG_STD_MODES = ("state_independent", "state_dependent")
 _BOUND_HANDLING = ("tanh", "clip")
@@ -119,20 +120,16 @@ class PPOConfig:
 
   def __post_init__(self):
     def fail(message):
-      raise ValueError(f"PPOConfig.{message}")
+      checks.fail(self, message)
 
-    for name in ("unroll_length", "batch_size", "num_epochs",
-                 "num_minibatches"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        fail(f"{name} must be a positive integer, got {value!r}")
+    checks.positive_ints(self, "unroll_length", "batch_size", "num_epochs",
+                         "num_minibatches")
     steps = self.unroll_length * self.batch_size
     if self.num_minibatches > steps:
       fail(f"num_minibatches ({self.num_minibatches}) exceeds the "
            f"{steps} transitions of an update (unroll_length * batch_size); "
            f"some minibatches would be empty")
-    if not self.learning_rate > 0:
-      fail(f"learning_rate must be > 0, got {self.learning_rate}")
+    checks.positive(self, "learning_rate")
     if not 0 < self.clip_ratio < 1:
       fail(f"clip_ratio must be in (0, 1): the ratio is clipped to "
            f"[1 - eps, 1 + eps], got {self.clip_ratio}")
@@ -143,63 +140,37 @@ class PPOConfig:
         fail(f"total_learner_steps must be a positive number of PPO updates "
              f"when annealing (it is the horizon where the learning rate / "
              f"clip ratio reach 0), got {self.total_learner_steps!r}")
-    if self.loss not in LOSS_TYPES:
-      fail(f"loss {self.loss!r} is unknown; allowed: {', '.join(LOSS_TYPES)}")
-    if not self.kl_target > 0:
-      fail(f"kl_target must be > 0 nats (beta is adapted around it), got "
-           f"{self.kl_target}")
-    if not self.initial_kl_coef > 0:
-      fail(f"initial_kl_coef must be > 0; beta = 0 never grows back under "
-           f"multiplicative adaptation, got {self.initial_kl_coef}")
+    checks.choice(self, "loss", LOSS_TYPES)
+    checks.positive(self, "kl_target",
+                    why="nats; beta is adapted around it")
+    checks.positive(self, "initial_kl_coef",
+                    why="beta = 0 never grows back under multiplicative "
+                    "adaptation")
     if self.kl_cutoff_factor is not None and not self.kl_cutoff_factor > 1:
       fail(f"kl_cutoff_factor must be > 1 (the cutoff sits above the target) "
            f"or None, got {self.kl_cutoff_factor}")
-    if self.kl_cutoff_coef < 0:
-      fail(f"kl_cutoff_coef must be >= 0, got {self.kl_cutoff_coef}")
+    checks.non_negative(self, "kl_cutoff_coef")
     if self.value_clip is not None and not self.value_clip > 0:
       fail(f"value_clip must be > 0 or None; 0 would freeze the value "
            f"function, got {self.value_clip}")
-    if not 0 < self.gamma <= 1:
-      fail(f"gamma must be in (0, 1]; 0 would ignore all future rewards, got "
-           f"{self.gamma}")
-    if not 0 <= self.gae_lambda <= 1:
-      fail(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
-    for name in ("entropy_cost", "value_cost"):
-      if getattr(self, name) < 0:
-        fail(f"{name} must be >= 0 (a negative weight flips the objective), "
-             f"got {getattr(self, name)}")
-    if self.max_grad_norm is not None and self.max_grad_norm < 0:
-      fail(f"max_grad_norm must be >= 0 (0 or None disables clipping), got "
-           f"{self.max_grad_norm}")
-    if not self.adam_epsilon > 0:
-      fail(f"adam_epsilon must be > 0 (it guards a division), got "
-           f"{self.adam_epsilon}")
+    checks.discount(self, "gamma")
+    checks.in_unit_interval(self, "gae_lambda")
+    checks.non_negative(self, "entropy_cost", "value_cost",
+                        why="a negative weight flips the objective")
+    checks.max_grad_norm(self)
+    checks.optimizer_epsilon(self, "adam_epsilon")
     if self.early_stop_kl is not None and not self.early_stop_kl > 0:
       fail(f"early_stop_kl must be > 0 nats or None; 0 would stop every "
            f"update after its first minibatch, got {self.early_stop_kl}")
-    for name in ("observation_clip", "reward_clip"):
-      if not getattr(self, name) > 0:
-        fail(f"{name} must be > 0, got {getattr(self, name)}")
-    if self.reward_clipping not in _REWARD_CLIPPING:
-      fail(f"reward_clipping {self.reward_clipping!r} is unknown; allowed: "
-           f"{', '.join(_REWARD_CLIPPING)}")
-    if self.log_std not in _LOG_STD_MODES:
-      fail(f"log_std {self.log_std!r} is unknown; allowed: "
-           f"{', '.join(_LOG_STD_MODES)}")
-    if self.bound_handling not in _BOUND_HANDLING:
-      fail(f"bound_handling {self.bound_handling!r} is unknown; allowed: "
-           f"{', '.join(_BOUND_HANDLING)}")
+    checks.positive(self, "observation_clip", "reward_clip")
+    checks.choice(self, "reward_clipping", _REWARD_CLIPPING)
+    checks.choice(self, "log_std", _LOG_STD_MODES)
+    checks.choice(self, "bound_handling", _BOUND_HANDLING)
     if not -20 < self.init_log_std < 2:
       fail(f"init_log_std must be in (-20, 2), the clamp of the Gaussian's "
            f"log std; got {self.init_log_std}")
-    if self.torso is not None and not callable(self.torso):
-      fail(f"torso must be a callable returning a Keras layer (e.g. "
-           f"@mlp_torso) or None, got {self.torso!r}")
-    if self.queue_capacity is not None and self.queue_capacity < (
-        self.batch_size):
-      fail(f"queue_capacity ({self.queue_capacity}) must be >= batch_size "
-           f"({self.batch_size}), otherwise actors block before a full "
-           f"update's batch can be queued")
+    checks.torso_factory(self, allow_none=True)
+    checks.queue_capacity(self)
 
   @property
   def steps_per_update(self) -> int:

@@ -23,6 +23,7 @@ from seed_rl.agents.r2d2 import loss as loss_lib
 from seed_rl.agents.r2d2 import networks
 from seed_rl.agents.r2d2 import targets as targets_lib
 from seed_rl.agents.r2d2.config import R2D2Config
+from seed_rl.common import agent_api
 from seed_rl.common import optimizers
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.replay import PrioritizedReplay, RateLimiter
@@ -62,11 +63,9 @@ class R2D2Agent(Agent):
     networks.copy_weights(self._online, self._target)
     self._optimizer = optimizers.make_optimizer(
         "adam", cfg.learning_rate, epsilon=cfg.adam_epsilon,
-        max_grad_norm=cfg.max_grad_norm)
-    # Slots exist before any restore, so a checkpoint loads immediately.
-    self._optimizer.build(self._online.trainable_variables)
-    self._step_counter = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                     name="learner_step")
+        max_grad_norm=cfg.max_grad_norm,
+        variables=self._online.trainable_variables)
+    self._step_counter = optimizers.learner_step_counter()
     self._epsilons = exploration.per_env_epsilons(
         num_envs, cfg.epsilon_base, cfg.epsilon_alpha)
     self._rng = np.random.default_rng(cfg.seed)
@@ -118,16 +117,11 @@ class R2D2Agent(Agent):
             np.zeros([batch_size, units], np.float32))
 
   def act(self, inputs: ActInputs) -> ActOutputs:
+    inputs = agent_api.check_act_inputs(inputs, self.observation_spec,
+                                        self.action_spec, num_core_arrays=2)
     batch_size = int(inputs.observation.shape[0])
-    self.observation_spec.check_batch(inputs.observation, batch_size,
-                                      "ActInputs.observation")
-    self.action_spec.check_batch(inputs.prev_action, batch_size,
-                                 "ActInputs.prev_action")
-    q, h, c = self._act_fn(
-        inputs.observation, inputs.prev_action,
-        np.asarray(inputs.reward, np.float32), np.asarray(inputs.done, bool),
-        np.asarray(inputs.core_state[0], np.float32),
-        np.asarray(inputs.core_state[1], np.float32))
+    q, h, c = self._act_fn(inputs.observation, inputs.prev_action,
+                           inputs.reward, inputs.done, *inputs.core_state)
     q = q.numpy()
     epsilon = exploration.env_epsilons(self._epsilons, inputs.env_ids,
                                        inputs.eval_mask,
@@ -141,7 +135,11 @@ class R2D2Agent(Agent):
         core_state=(h.numpy(), c.numpy()))
 
   def add_unrolls(self, unrolls: Unroll) -> None:
-    self._check_unroll(unrolls)
+    units = self.config.lstm_units
+    agent_api.check_unroll(
+        unrolls, self.unroll_length, self.observation_spec, self.action_spec,
+        required_extras={Q_ACTION: ()},
+        core_state_shapes=[(units,), (units,)])
     done = unrolls.terminated | unrolls.truncated
     items = {
         "reward": unrolls.reward.astype(np.float32),
@@ -168,7 +166,7 @@ class R2D2Agent(Agent):
             "layout; set R2D2Config.store_frames_once = False to store full "
             "stacks", int((~ok).sum()), unrolls.env_ids[~ok].tolist())
         items = {k: v[ok] for k, v in items.items()}
-        unrolls = _select(unrolls, ok)
+        unrolls = agent_api.unroll_rows(unrolls, ok)
     else:
       items["observation"] = unrolls.observation
     count = int(items["reward"].shape[0])
@@ -182,7 +180,7 @@ class R2D2Agent(Agent):
   def initial_priorities(self, unrolls: Unroll) -> np.ndarray:
     """float32 [B] priorities of new sequences from their behaviour values."""
     return self._priority_fn(
-        *(np.swapaxes(x, 0, 1) for x in (
+        *(agent_api.time_major(x) for x in (
             unrolls.reward.astype(np.float32), unrolls.terminated,
             unrolls.truncated, unrolls.bootstrap_value.astype(np.float32),
             unrolls.value.astype(np.float32),
@@ -202,7 +200,7 @@ class R2D2Agent(Agent):
           items["terminated"] | items["truncated"])
     else:
       observation = items["observation"]
-    tm = lambda x: np.swapaxes(x, 0, 1)
+    tm = agent_api.time_major
     loss, priorities, metrics = self._train_fn(
         tm(observation), tm(items["prev_action"]), tm(items["action"]),
         tm(items["reward"]), tm(items["terminated"]), tm(items["truncated"]),
@@ -220,7 +218,8 @@ class R2D2Agent(Agent):
         "replay/mean_priority": float(np.mean(priorities)),
         "replay/importance_sampling_exponent": beta,
         "replay/dropped_sequences": float(self._dropped_sequences),
-        "perf/policy_lag": step - float(np.mean(items["policy_version"])),
+        "perf/policy_lag": agent_api.policy_lag(step,
+                                                items["policy_version"]),
     })
     result.update(self._limiter.metrics())
     return result
@@ -316,51 +315,6 @@ class R2D2Agent(Agent):
       return loss, priorities, metrics
 
     return train_fn
-
-  # ---- validation --------------------------------------------------------
-
-  def _check_unroll(self, unroll: Unroll) -> None:
-    b, t1 = unroll.batch_size, self.unroll_length + 1
-
-    def check(name, array, shape, dtype=None):
-      if tuple(array.shape) != tuple(shape):
-        raise ValueError(f"Unroll.{name}: shape {list(array.shape)}, expected "
-                         f"{list(shape)} (batch {b}, unroll_length + 1 = {t1})")
-      if dtype is not None and array.dtype != np.dtype(dtype):
-        raise ValueError(f"Unroll.{name}: dtype {array.dtype.name}, expected "
-                         f"{np.dtype(dtype).name}")
-
-    check("observation", unroll.observation,
-          (b, t1) + self.observation_spec.shape, self.observation_spec.dtype)
-    for name in ("prev_action", "action"):
-      check(name, getattr(unroll, name), (b, t1), self.action_spec.dtype)
-    for name in ("reward", "bootstrap_value", "value", "policy_version"):
-      check(name, getattr(unroll, name), (b, t1))
-    for name in ("terminated", "truncated"):
-      check(name, getattr(unroll, name), (b, t1), np.bool_)
-    if Q_ACTION not in unroll.extras:
-      raise ValueError(f"Unroll.extras lacks {Q_ACTION!r} (Q of the taken "
-                       f"action from act()); has {sorted(unroll.extras)}")
-    check(f"extras[{Q_ACTION!r}]", unroll.extras[Q_ACTION], (b, t1))
-    if len(unroll.core_state) != 2:
-      raise ValueError(f"Unroll.core_state has {len(unroll.core_state)} "
-                       f"arrays, expected 2 (LSTM h and c)")
-    for i, state in enumerate(unroll.core_state):
-      check(f"core_state[{i}]", state, (b, self.config.lstm_units))
-
-
-def _select(unrolls: Unroll, rows: np.ndarray) -> Unroll:
-  """The unrolls at boolean `rows` [B]."""
-  return Unroll(
-      env_ids=unrolls.env_ids[rows], observation=unrolls.observation[rows],
-      reward=unrolls.reward[rows], terminated=unrolls.terminated[rows],
-      truncated=unrolls.truncated[rows],
-      bootstrap_value=unrolls.bootstrap_value[rows],
-      prev_action=unrolls.prev_action[rows], action=unrolls.action[rows],
-      value=unrolls.value[rows],
-      extras={k: v[rows] for k, v in unrolls.extras.items()},
-      core_state=tuple(s[rows] for s in unrolls.core_state),
-      policy_version=unrolls.policy_version[rows])
 
 
 def create_agent(observation_spec: ArraySpec, action_spec: ArraySpec,

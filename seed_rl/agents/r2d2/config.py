@@ -9,10 +9,7 @@ import gin
 import keras
 
 from seed_rl.classic.networks import mlp_torso
-
-
-def _positive_int(value) -> bool:
-  return not isinstance(value, bool) and isinstance(value, int) and value >= 1
+from seed_rl.common import config_checks as checks
 
 
 @gin.configurable
@@ -115,16 +112,14 @@ class R2D2Config:
     return start + frac * (self.importance_sampling_exponent_final - start)
 
   def __post_init__(self):
-    for name in ("unroll_length", "n_step", "replay_capacity", "batch_size",
-                 "target_update_period", "min_replay_size", "lstm_units",
-                 "head_hidden", "total_learner_steps"):
-      if not _positive_int(getattr(self, name)):
-        raise ValueError(f"R2D2Config.{name} must be a positive integer, got "
-                         f"{getattr(self, name)!r}")
+    checks.positive_ints(self, "unroll_length", "n_step", "replay_capacity",
+                         "batch_size", "target_update_period",
+                         "min_replay_size", "lstm_units", "head_hidden",
+                         "total_learner_steps")
     if isinstance(self.burn_in, bool) or not isinstance(self.burn_in, int) or (
         self.burn_in < 0):
-      raise ValueError(f"R2D2Config.burn_in must be an integer >= 0, got "
-                       f"{self.burn_in!r}")
+      checks.fail(self, f"burn_in must be an integer >= 0, got "
+                  f"{self.burn_in!r}")
     if self.burn_in + self.n_step >= self.unroll_length:
       raise ValueError(
           f"R2D2Config: burn_in ({self.burn_in}) + n_step ({self.n_step}) must "
@@ -132,49 +127,21 @@ class R2D2Config:
           f"unroll_length + 1 steps learns on unroll_length + 1 - burn_in - "
           f"n_step steps (the rest warm the LSTM or only bootstrap), so there "
           f"would be fewer than 2 steps left to learn from")
-    if self.min_replay_size > self.replay_capacity:
-      raise ValueError(
-          f"R2D2Config.min_replay_size ({self.min_replay_size}) must be <= "
-          f"replay_capacity ({self.replay_capacity}), otherwise training "
-          f"waits for more sequences than the replay can hold")
-    if not 0 < self.discount <= 1:
-      raise ValueError(f"R2D2Config.discount must be in (0, 1]; 0 would "
-                       f"ignore all future rewards, got {self.discount}")
-    if not self.priority_exponent >= 0:
-      raise ValueError(f"R2D2Config.priority_exponent must be >= 0 (0 is "
-                       f"uniform sampling), got {self.priority_exponent}")
-    for name in ("importance_sampling_exponent",
-                 "importance_sampling_exponent_final", "priority_eta",
-                 "epsilon_base", "eval_epsilon"):
-      if not 0 <= getattr(self, name) <= 1:
-        raise ValueError(f"R2D2Config.{name} must be in [0, 1], got "
-                         f"{getattr(self, name)}")
-    if not self.epsilon_alpha >= 0:
-      raise ValueError(f"R2D2Config.epsilon_alpha must be >= 0 (a negative "
-                       f"slope gives epsilons above epsilon_base), got "
-                       f"{self.epsilon_alpha}")
-    if not self.learning_rate > 0:
-      raise ValueError(f"R2D2Config.learning_rate must be > 0, got "
-                       f"{self.learning_rate}")
-    if not self.adam_epsilon > 0:
-      raise ValueError(f"R2D2Config.adam_epsilon must be > 0 (it guards a "
-                       f"division), got {self.adam_epsilon}")
-    if self.max_grad_norm is not None and self.max_grad_norm < 0:
-      raise ValueError(f"R2D2Config.max_grad_norm must be >= 0 (0 or None "
-                       f"disables clipping), got {self.max_grad_norm}")
-    if not self.samples_per_insert > 0:
-      raise ValueError(f"R2D2Config.samples_per_insert must be > 0, else "
-                       f"training never samples; got {self.samples_per_insert}")
-    if not self.error_buffer > 0 or self.batch_size > 2 * self.error_buffer:
-      raise ValueError(
-          f"R2D2Config.rate_limiter_error_buffer ({self.error_buffer}) must be "
-          f">= batch_size / 2 ({self.batch_size / 2}): a larger training "
-          f"batch than 2 * error_buffer deadlocks the rate limiter")
-    if not self.value_rescaling_epsilon > 0:
-      raise ValueError(f"R2D2Config.value_rescaling_epsilon must be > 0 (it "
-                       f"keeps h invertible with a Lipschitz inverse), got "
-                       f"{self.value_rescaling_epsilon}")
-    if not callable(self.torso):
-      raise ValueError(f"R2D2Config.torso must be a callable returning a Keras "
-                       f"layer (e.g. @mlp_torso or @atari_torso), got "
-                       f"{self.torso!r}")
+    checks.min_replay_size(self)
+    checks.discount(self)
+    checks.non_negative(self, "priority_exponent", why="0 is uniform sampling")
+    checks.in_unit_interval(self, "importance_sampling_exponent",
+                            "importance_sampling_exponent_final",
+                            "priority_eta", "epsilon_base", "eval_epsilon")
+    checks.non_negative(self, "epsilon_alpha",
+                        why="a negative slope gives epsilons above "
+                        "epsilon_base")
+    checks.positive(self, "learning_rate")
+    checks.optimizer_epsilon(self, "adam_epsilon")
+    checks.max_grad_norm(self)
+    checks.positive(self, "samples_per_insert", why="else training never "
+                    "samples")
+    checks.rate_limiter_error_buffer(self, self.error_buffer)
+    checks.positive(self, "value_rescaling_epsilon",
+                    why="it keeps h invertible with a Lipschitz inverse")
+    checks.torso_factory(self)

@@ -7,18 +7,31 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
-from seed_rl.agents.vtrace import distributions
 from seed_rl.agents.vtrace import loss as loss_lib
 from seed_rl.agents.vtrace import networks
 from seed_rl.agents.vtrace.config import VtraceConfig
-from seed_rl.agents.vtrace.unroll_queue import UnrollQueue
+from seed_rl.common import agent_api
+from seed_rl.common import distributions
 from seed_rl.common import optimizers
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.specs import ArraySpec
+from seed_rl.common.unroll_queue import UnrollQueue
 
 # Name of the behaviour distribution parameters in ActOutputs.extras and
 # Unroll.extras (categorical logits; mean and log std for a Gaussian).
 BEHAVIOUR_PARAMS = "logits"
+
+
+def policy_distribution(
+    action_spec: ArraySpec) -> distributions.ActionDistribution:
+  """Categorical for discrete specs, an unbounded DiagGaussian for [D] floats.
+
+  A Box's bounds are ignored on purpose: V-trace re-evaluates log pi at the
+  stored action, so the environment gets the raw Gaussian sample (keeping it
+  inside the Box is the environment's job) and env action == raw action.
+  """
+  return distributions.for_action_spec(
+      action_spec.replace(minimum=None, maximum=None))
 
 
 class VtraceAgent(Agent):
@@ -31,11 +44,15 @@ class VtraceAgent(Agent):
     super().__init__(observation_spec, action_spec, num_envs)
     self.config = config if config is not None else VtraceConfig()
     self.unroll_length = self.config.unroll_length
-    self._distribution = distributions.for_action_spec(action_spec)
+    self._distribution = policy_distribution(action_spec)
+    # Drawn from TF's global seed (learner_main's --seed), so acting stays
+    # reproducible under tf.random.set_seed like stateful random ops.
+    self._generator = tf.random.Generator.from_seed(int(tf.random.uniform(
+        [], maxval=tf.int64.max, dtype=tf.int64)))
     self._network = networks.ActorCriticNetwork(
         torso_fn=self.config.torso,
         num_policy_params=self._distribution.num_params,
-        action_features=self._distribution.action_features,
+        action_features=networks.action_features(self._distribution),
         use_lstm=self.config.use_lstm,
         lstm_size=self.config.lstm_size,
         separate_value_torso=self.config.separate_value_torso,
@@ -50,14 +67,14 @@ class VtraceAgent(Agent):
         epsilon=self.config.optimizer_epsilon,
         max_grad_norm=self.config.max_grad_norm,
         rmsprop_decay=self.config.rmsprop_decay,
-        momentum=self.config.rmsprop_momentum)
-    # Slots exist before any restore, so a checkpoint loads immediately.
-    self._optimizer.build(self._network.trainable_variables)
-    self._step_counter = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                     name="learner_step")
+        momentum=self.config.rmsprop_momentum,
+        variables=self._network.trainable_variables)
+    self._step_counter = optimizers.learner_step_counter()
     self._queue = UnrollQueue(self.config.queue_capacity,
                               self.config.batch_size)
-    self._num_core_arrays = len(self._network.initial_state(1))
+    # Per-array core state shape after [B]; [] when feed-forward.
+    self._core_state_shapes = [
+        tuple(s.shape[1:]) for s in self._network.initial_state(1)]
     self._act_fn = self._make_act_fn()
     self._train_fn = self._make_train_fn()
 
@@ -75,21 +92,13 @@ class VtraceAgent(Agent):
     return tuple(s.numpy() for s in self._network.initial_state(batch_size))
 
   def act(self, inputs: ActInputs) -> ActOutputs:
-    batch_size = int(inputs.observation.shape[0])
-    self.observation_spec.check_batch(inputs.observation, batch_size,
-                                      "ActInputs.observation")
-    self.action_spec.check_batch(inputs.prev_action, batch_size,
-                                 "ActInputs.prev_action")
-    args = [inputs.observation, inputs.prev_action,
-            np.asarray(inputs.reward, np.float32),
-            np.asarray(inputs.done, np.bool_),
-            np.asarray(inputs.eval_mask, np.bool_)]
-    if len(inputs.core_state) != self._num_core_arrays:
-      raise ValueError(
-          f"ActInputs.core_state has {len(inputs.core_state)} arrays, "
-          f"expected {self._num_core_arrays} (use initial_core_state(B))")
+    inputs = agent_api.check_act_inputs(
+        inputs, self.observation_spec, self.action_spec,
+        len(self._core_state_shapes))
+    args = [inputs.observation, inputs.prev_action, inputs.reward,
+            inputs.done, inputs.eval_mask]
     if self.config.use_lstm:
-      args.append(tuple(np.asarray(s, np.float32) for s in inputs.core_state))
+      args.append(inputs.core_state)
     action, value, params, core_state = self._act_fn(*args)
     return ActOutputs(
         action=action.numpy(),
@@ -98,20 +107,20 @@ class VtraceAgent(Agent):
         core_state=tuple(s.numpy() for s in core_state))
 
   def add_unrolls(self, unrolls: Unroll) -> None:
-    self._check_unroll(unrolls)
+    agent_api.check_unroll(
+        unrolls, self.unroll_length, self.observation_spec, self.action_spec,
+        required_extras={BEHAVIOUR_PARAMS: (self._distribution.num_params,)},
+        core_state_shapes=self._core_state_shapes)
     self._queue.put(unrolls)
 
   def train_step(self) -> Mapping[str, float]:
     batch = self._queue.get_batch()
     if batch is None:
       return {}
-    policy_lag = float(self._step_counter.numpy()) - float(
-        np.mean(batch.policy_version))
+    policy_lag = agent_api.policy_lag(self._step_counter.numpy(),
+                                      batch.policy_version)
 
-    def time_major(x, dtype=None):
-      x = np.swapaxes(x, 0, 1)
-      return x if dtype is None else x.astype(dtype, copy=False)
-
+    time_major = agent_api.time_major
     metrics = self._train_fn(
         time_major(batch.observation), time_major(batch.prev_action),
         time_major(batch.action), time_major(batch.reward, np.float32),
@@ -149,14 +158,16 @@ class VtraceAgent(Agent):
     if self.config.use_lstm:
       signature.append(self._state_spec(None))
     network, distribution = self._network, self._distribution
+    generator = self._generator
 
     @tf.function(input_signature=signature)
     def act_fn(observation, prev_action, reward, done, eval_mask, *state):
       core_state = state[0] if state else ()
       params, value, new_state = network.step(observation, prev_action, reward,
                                               done, core_state)
-      sampled = distribution.sample(params)
-      greedy = distribution.mode(params)
+      # Unbounded policies: the env action is the raw action.
+      sampled, _ = distribution.sample(params, generator)
+      greedy, _ = distribution.mode(params)
       mask = tf.reshape(eval_mask, [-1] + [1] * (sampled.shape.rank - 1))
       action = tf.where(mask, greedy, sampled)
       return action, value, params, new_state
@@ -208,43 +219,6 @@ class VtraceAgent(Agent):
       return metrics
 
     return train_fn
-
-  # ---- validation --------------------------------------------------------
-
-  def _check_unroll(self, unroll: Unroll) -> None:
-    b, t1 = unroll.batch_size, self.unroll_length + 1
-
-    def check(name, array, shape, dtype=None):
-      if tuple(array.shape) != tuple(shape):
-        raise ValueError(f"Unroll.{name}: shape {list(array.shape)}, expected "
-                         f"{list(shape)} (batch {b}, unroll_length + 1 = {t1})")
-      if dtype is not None and array.dtype != np.dtype(dtype):
-        raise ValueError(f"Unroll.{name}: dtype {array.dtype.name}, expected "
-                         f"{np.dtype(dtype).name}")
-
-    check("observation", unroll.observation,
-          (b, t1) + self.observation_spec.shape, self.observation_spec.dtype)
-    for name in ("prev_action", "action"):
-      check(name, getattr(unroll, name), (b, t1) + self.action_spec.shape,
-            self.action_spec.dtype)
-    for name in ("reward", "bootstrap_value"):
-      check(name, getattr(unroll, name), (b, t1))
-    for name in ("terminated", "truncated"):
-      check(name, getattr(unroll, name), (b, t1), np.bool_)
-    check("policy_version", unroll.policy_version, (b, t1))
-    if BEHAVIOUR_PARAMS not in unroll.extras:
-      raise ValueError(f"Unroll.extras lacks {BEHAVIOUR_PARAMS!r} (the "
-                       f"behaviour policy's parameters from act()); has "
-                       f"{sorted(unroll.extras)}")
-    check(f"extras[{BEHAVIOUR_PARAMS!r}]", unroll.extras[BEHAVIOUR_PARAMS],
-          (b, t1, self._distribution.num_params))
-    expected_state = self.initial_core_state(b)
-    if len(unroll.core_state) != len(expected_state):
-      raise ValueError(f"Unroll.core_state has {len(unroll.core_state)} "
-                       f"arrays, expected {len(expected_state)}")
-    for i, (state, expected) in enumerate(
-        zip(unroll.core_state, expected_state)):
-      check(f"core_state[{i}]", state, expected.shape)
 
 
 def create_agent(observation_spec: ArraySpec, action_spec: ArraySpec,

@@ -9,6 +9,7 @@ import gin
 import keras
 
 from seed_rl.classic.networks import mlp_torso
+from seed_rl.common import config_checks as checks
 
 _OPTIMIZERS = ("adam", "rmsprop")
 _LR_SCHEDULES = ("constant", "linear")
@@ -78,61 +79,28 @@ class VtraceConfig:
   queue_capacity: int = 64
 
   def __post_init__(self):
-    for name in ("unroll_length", "batch_size", "total_learner_steps",
-                 "queue_capacity", "lstm_size"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"VtraceConfig.{name} must be a positive integer, "
-                         f"got {value!r}")
-    if self.queue_capacity < self.batch_size:
-      raise ValueError(
-          f"VtraceConfig.queue_capacity ({self.queue_capacity}) must be >= "
-          f"batch_size ({self.batch_size}), otherwise actors block before a "
-          f"full training batch can be queued")
-    if not self.learning_rate > 0:
-      raise ValueError(f"VtraceConfig.learning_rate must be > 0, got "
-                       f"{self.learning_rate}")
-    if self.lr_schedule not in _LR_SCHEDULES:
-      raise ValueError(f"VtraceConfig.lr_schedule {self.lr_schedule!r} is "
-                       f"unknown; allowed: {', '.join(_LR_SCHEDULES)}")
-    if self.optimizer not in _OPTIMIZERS:
-      raise ValueError(f"VtraceConfig.optimizer {self.optimizer!r} is "
-                       f"unknown; allowed: {', '.join(_OPTIMIZERS)}")
-    if not self.optimizer_epsilon > 0:
-      raise ValueError(f"VtraceConfig.optimizer_epsilon must be > 0 (it "
-                       f"guards a division), got {self.optimizer_epsilon}")
-    if not 0 <= self.rmsprop_decay < 1:
-      raise ValueError(f"VtraceConfig.rmsprop_decay must be in [0, 1), got "
-                       f"{self.rmsprop_decay}")
-    if not 0 <= self.rmsprop_momentum < 1:
-      raise ValueError(f"VtraceConfig.rmsprop_momentum must be in [0, 1), got "
-                       f"{self.rmsprop_momentum}")
-    if self.max_grad_norm is not None and self.max_grad_norm < 0:
-      raise ValueError(f"VtraceConfig.max_grad_norm must be >= 0 (0 or None "
-                       f"disables clipping), got {self.max_grad_norm}")
-    if not 0 < self.discount <= 1:
-      raise ValueError(f"VtraceConfig.discount must be in (0, 1]; 0 would "
-                       f"ignore all future rewards, got {self.discount}")
-    for name in ("entropy_cost", "baseline_cost"):
-      if getattr(self, name) < 0:
-        raise ValueError(f"VtraceConfig.{name} must be >= 0 (a negative "
-                         f"weight flips the objective), got "
-                         f"{getattr(self, name)}")
-    for name in ("clip_rho_threshold", "clip_c_threshold",
-                 "clip_pg_rho_threshold"):
-      if not getattr(self, name) > 0:
-        raise ValueError(f"VtraceConfig.{name} must be > 0 (a non-positive "
-                         f"clip zeroes the importance weights), got "
-                         f"{getattr(self, name)}")
-    if self.reward_clipping not in _REWARD_CLIPPING:
-      raise ValueError(f"VtraceConfig.reward_clipping "
-                       f"{self.reward_clipping!r} is unknown; allowed: "
-                       f"{', '.join(_REWARD_CLIPPING)}")
+    checks.positive_ints(self, "unroll_length", "batch_size",
+                         "total_learner_steps", "queue_capacity", "lstm_size")
+    checks.queue_capacity(self)
+    checks.positive(self, "learning_rate")
+    checks.choice(self, "lr_schedule", _LR_SCHEDULES)
+    checks.choice(self, "optimizer", _OPTIMIZERS)
+    checks.optimizer_epsilon(self, "optimizer_epsilon")
+    for name in ("rmsprop_decay", "rmsprop_momentum"):
+      if not 0 <= getattr(self, name) < 1:
+        checks.fail(self, f"{name} must be in [0, 1), got "
+                    f"{getattr(self, name)}")
+    checks.max_grad_norm(self)
+    checks.discount(self)
+    checks.non_negative(self, "entropy_cost", "baseline_cost",
+                        why="a negative weight flips the objective")
+    checks.positive(self, "clip_rho_threshold", "clip_c_threshold",
+                    "clip_pg_rho_threshold",
+                    why="a non-positive clip zeroes the importance weights")
+    checks.choice(self, "reward_clipping", _REWARD_CLIPPING)
     if self.separate_value_torso is None:
       self.separate_value_torso = not self.use_lstm
     if self.use_lstm and self.separate_value_torso:
-      raise ValueError("VtraceConfig.separate_value_torso only works with a "
-                       "feed-forward network; set it to False with use_lstm")
-    if not callable(self.torso):
-      raise ValueError(f"VtraceConfig.torso must be a callable returning a "
-                       f"Keras layer (e.g. @mlp_torso), got {self.torso!r}")
+      checks.fail(self, "separate_value_torso only works with a feed-forward "
+                  "network; set it to False with use_lstm")
+    checks.torso_factory(self)

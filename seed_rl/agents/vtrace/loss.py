@@ -81,7 +81,7 @@ def impala_loss(distribution,
 
   Args:
     distribution: object with `log_prob(params, action)` and `entropy(params)`
-      (see distributions.py).
+      (an ActionDistribution of seed_rl.common.distributions).
     policy_params: [T+1, B, P] current policy parameters (e.g. logits).
     baseline: [T+1, B] current value estimates.
     action: [T+1, B, ...] actions taken at each step.

@@ -13,7 +13,23 @@ from typing import Callable, Tuple
 import keras
 import tensorflow as tf
 
+from seed_rl.common import distributions
+
 CoreState = Tuple[tf.Tensor, ...]
+
+
+def action_features(distribution: distributions.ActionDistribution
+                   ) -> Callable[[tf.Tensor], tf.Tensor]:
+  """The LSTM's previous-action input for actions of `distribution`.
+
+  Categorical actions [N] -> one-hot float32 [N, A]; Gaussian actions
+  [N, D] -> float32 [N, D].
+  """
+  if isinstance(distribution, distributions.Categorical):
+    num_actions = distribution.num_actions
+    return lambda action: tf.one_hot(tf.cast(action, tf.int32), num_actions,
+                                     dtype=tf.float32)
+  return lambda action: tf.cast(action, tf.float32)
 
 
 class ActorCriticNetwork(keras.layers.Layer):

@@ -14,22 +14,12 @@ from typing import List, Optional
 
 import numpy as np
 
-from seed_rl.common.agent_api import Unroll
+from seed_rl.common.agent_api import Unroll, unroll_rows
 
 
 def slice_unroll(unroll: Unroll, start: int, stop: int) -> Unroll:
   """Unrolls [start, stop) along the batch axis (views, no copies)."""
-  fields = {}
-  for field in dataclasses.fields(Unroll):
-    value = getattr(unroll, field.name)
-    if field.name == "extras":
-      value = {name: array[start:stop] for name, array in value.items()}
-    elif field.name == "core_state":
-      value = tuple(array[start:stop] for array in value)
-    else:
-      value = value[start:stop]
-    fields[field.name] = value
-  return Unroll(**fields)
+  return unroll_rows(unroll, slice(start, stop))
 
 
 def concat_unrolls(unrolls: List[Unroll]) -> Unroll:

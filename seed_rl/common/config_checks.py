@@ -1,0 +1,126 @@
+"""Checks shared by the agents' config dataclasses (`__post_init__`).
+
+Each raises ValueError naming the config class and the field, the value
+found and what is allowed, e.g. "VtraceConfig.batch_size must be a positive
+integer, got 0". `why` arguments append the reason a bad value would break
+training, in parentheses.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn, Sequence
+
+
+def fail(config: Any, message: str) -> NoReturn:
+  """Raises ValueError with `message` prefixed by the config's class name."""
+  raise ValueError(f"{type(config).__name__}.{message}")
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def positive_ints(config: Any, *names: str) -> None:
+  """Each field is an int >= 1 (bools are not counts)."""
+  for name in names:
+    value = getattr(config, name)
+    if not _is_int(value) or value < 1:
+      fail(config, f"{name} must be a positive integer, got {value!r}")
+
+
+def positive(config: Any, *names: str, why: str = "") -> None:
+  """Each field is > 0."""
+  for name in names:
+    value = getattr(config, name)
+    if not value > 0:
+      fail(config, f"{name} must be > 0{_reason(why)}, got {value}")
+
+
+def non_negative(config: Any, *names: str, why: str = "") -> None:
+  """Each field is >= 0."""
+  for name in names:
+    value = getattr(config, name)
+    if not value >= 0:
+      fail(config, f"{name} must be >= 0{_reason(why)}, got {value}")
+
+
+def in_unit_interval(config: Any, *names: str) -> None:
+  """Each field lies in [0, 1] (probabilities, exponents, mixing weights)."""
+  for name in names:
+    value = getattr(config, name)
+    if not 0 <= value <= 1:
+      fail(config, f"{name} must be in [0, 1], got {value}")
+
+
+def discount(config: Any, name: str = "discount") -> None:
+  """A discount factor gamma in (0, 1]."""
+  value = getattr(config, name)
+  if not 0 < value <= 1:
+    fail(config, f"{name} must be in (0, 1]; 0 would ignore all future "
+         f"rewards, got {value}")
+
+
+def max_grad_norm(config: Any, name: str = "max_grad_norm") -> None:
+  """A global-norm gradient clip: None or 0 (off), or > 0."""
+  value = getattr(config, name)
+  if value is not None and value < 0:
+    fail(config, f"{name} must be >= 0 (0 or None disables clipping), got "
+         f"{value}")
+
+
+def optimizer_epsilon(config: Any, name: str) -> None:
+  """The epsilon in an adaptive optimizer's denominator."""
+  positive(config, name, why="it guards a division")
+
+
+def choice(config: Any, name: str, allowed: Sequence[str]) -> None:
+  """The field is one of `allowed` (strings)."""
+  value = getattr(config, name)
+  if value not in allowed:
+    fail(config, f"{name} {value!r} is unknown; allowed: "
+         f"{', '.join(allowed)}")
+
+
+def queue_capacity(config: Any, name: str = "queue_capacity") -> None:
+  """An unroll queue (None: a default) holds at least one training batch."""
+  value = getattr(config, name)
+  if value is not None and value < config.batch_size:
+    fail(config, f"{name} ({value}) must be >= batch_size "
+         f"({config.batch_size}), otherwise actors block before a full "
+         f"training batch can be queued")
+
+
+def min_replay_size(config: Any) -> None:
+  """Training starts after min_replay_size items, so replay must hold them."""
+  if config.min_replay_size > config.replay_capacity:
+    fail(config, f"min_replay_size ({config.min_replay_size}) must be <= "
+         f"replay_capacity ({config.replay_capacity}), otherwise training "
+         f"would never start: it waits for more items than replay can hold")
+
+
+def rate_limiter_error_buffer(config: Any, value) -> None:
+  """The rate limiter's allowed drift (None: a default chosen elsewhere).
+
+  One training step samples batch_size items at once; a drift budget below
+  half of that can never admit it.
+  """
+  if value is not None and (not value > 0 or 2 * value < config.batch_size):
+    fail(config, f"rate_limiter_error_buffer ({value}) must be >= "
+         f"batch_size / 2 ({config.batch_size / 2}): a larger training batch "
+         f"than 2 * error_buffer deadlocks acting and training")
+
+
+def torso_factory(config: Any, name: str = "torso",
+                  allow_none: bool = False) -> None:
+  """The field builds the observation torso: a callable returning a layer."""
+  value = getattr(config, name)
+  if allow_none and value is None:
+    return
+  if not callable(value):
+    fail(config, f"{name} must be a callable returning a Keras layer (e.g. "
+         f"@mlp_torso or @atari_torso){' or None' if allow_none else ''}, "
+         f"got {value!r}")
+
+
+def _reason(why: str) -> str:
+  return f" ({why})" if why else ""
