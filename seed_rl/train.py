@@ -5,8 +5,10 @@
 (./run_local.sh sets up the virtual environment and calls this.) Flags it
 does not know go to the learner (e.g. --gin_bindings, --logdir,
 --max_seconds); --gin_config/--gin_bindings also go to the actors, which
-ignore bindings meant for the learner. Ctrl-C, SIGTERM or the learner's exit
-stops every process it started; children also die if this process is killed.
+ignore bindings meant for the learner. An actor that crashes (e.g. its
+environment raised) is restarted while the learner serves the others; one the
+learner refuses stops the run. Ctrl-C, SIGTERM or the learner's exit stops
+every process it started; children also die if this process is killed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ import time
 from typing import List
 
 from seed_rl import registry
+
+# seed_rl.actors.main exits with 2 when the learner refuses it (spec mismatch,
+# protocol error): restarting cannot help. Other failures (an environment that
+# crashed: 3) are retried.
+ACTOR_CONFIG_ERROR = 2
+MAX_ACTOR_RESTARTS_PER_MINUTE = 10
 
 DEFAULTS = {  # what `./run_local.sh` with no arguments runs
     "env": "classic", "agent": "vtrace", "num_actors": 2, "envs_per_actor": 16,
@@ -149,18 +157,36 @@ def main(argv=None) -> int:
 
   learner = procs[0][1]
   code = None
+  restarts = []  # times of actor restarts, to give up on a crash loop
   try:
     while not stopping:
       code = learner.poll()
       if code is not None:
         break
-      for name, proc in procs[1:]:
+      for i, (name, proc) in enumerate(procs):
         rc = proc.poll()
-        if rc not in (None, 0) and name.startswith("actor"):
-          print(f"[launcher] {name} exited with code {rc}; stopping",
-                file=sys.stderr, flush=True)
+        if rc in (None, 0) or not name.startswith("actor"):
+          continue
+        if rc == ACTOR_CONFIG_ERROR:
+          print(f"[launcher] {name} was refused by the learner (exit {rc}); "
+                "stopping", file=sys.stderr, flush=True)
           stopping.append(rc)
           break
+        now = time.monotonic()
+        restarts[:] = [t for t in restarts if now - t < 60] + [now]
+        if len(restarts) > MAX_ACTOR_RESTARTS_PER_MINUTE:
+          print(f"[launcher] {name} exited with code {rc}; more than "
+                f"{MAX_ACTOR_RESTARTS_PER_MINUTE} actor restarts in a minute, "
+                "stopping", file=sys.stderr, flush=True)
+          stopping.append(rc)
+          break
+        # The learner keeps serving the other actors; the restarted one draws
+        # new run ids, so the learner resets its envs' state and unrolls.
+        print(f"[launcher] {name} exited with code {rc}; restarting it",
+              file=sys.stderr, flush=True)
+        new = subprocess.Popen(proc.args, preexec_fn=_die_with_parent)
+        procs[i] = (name, new)
+        print(f"[launcher] restarted {name} (pid {new.pid})", flush=True)
       time.sleep(0.2)
   finally:
     _stop_all(procs)

@@ -95,3 +95,24 @@ def test_bad_gin_binding_is_refused_with_what_is_bindable(tmp_path):
   assert out.returncode == 2
   assert "no_such_param" in out.stderr
   assert "VtraceConfig" in out.stderr
+
+
+def test_crashing_environment_costs_only_its_actor(tmp_path):
+  """An env raises in one actor: the launcher restarts that actor, the learner
+  keeps serving the other one and the run finishes normally."""
+  marker = tmp_path / "crashed"
+  env = dict(ENV, SEED_RL_TEST_CRASH_MARKER=str(marker),
+             PYTHONPATH=ROOT + os.pathsep + ENV.get("PYTHONPATH", ""))
+  out = subprocess.run(
+      [sys.executable, "-m", "seed_rl.train", "classic", "vtrace", "2", "4",
+       "--logdir", str(tmp_path / "run"), "--max_learner_steps", "150",
+       "--gin_bindings",
+       "classic.create_environment.env_id = 'tests.crashing_env:make'"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+  assert marker.exists()  # the crash happened
+  assert "simulated environment crash" in out.stderr
+  assert "restarting it" in out.stderr
+  assert re.search(r"restarted actor \d \(pid \d+\)", out.stdout)
+  with open(tmp_path / "run" / "result.json") as f:
+    assert json.load(f)["learner_steps"] >= 150
