@@ -40,7 +40,8 @@ def main(argv=None) -> int:
   p.add_argument("--logdir", default=None, help="default: a fresh temp dir")
   p.add_argument("--quiet", action="store_true",
                  help="hide the training's own output")
-  args = p.parse_args(argv)
+  # Bindings may come after the flags (as in the README's examples).
+  args = p.parse_intermixed_args(argv)
   target = args.target
   if target is None:
     target = DEFAULT_TARGETS.get((args.env, args.agent))

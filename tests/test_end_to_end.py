@@ -116,3 +116,27 @@ def test_crashing_environment_costs_only_its_actor(tmp_path):
   assert re.search(r"restarted actor \d \(pid \d+\)", out.stdout)
   with open(tmp_path / "run" / "result.json") as f:
     assert json.load(f)["learner_steps"] >= 150
+
+
+@pytest.mark.parametrize("env,agent,bindings,steps", [
+    # Continuous actions end to end: Box specs in the handshake, float32
+    # actions on the wire, clipping on the actor, Gaussian PPO on the learner.
+    ("mujoco", "ppo", ["mujoco.create_environment.env_id = 'Pendulum-v1'",
+                       "PPOConfig.unroll_length = 16",
+                       "PPOConfig.batch_size = 8",
+                       "PPOConfig.num_minibatches = 2"], 10),
+    ("classic", "ppo", [], 10),
+    ("classic", "dqn", ["DQNConfig.min_replay_size = 200"], 50),
+    ("classic", "r2d2", ["R2D2Config.min_replay_size = 16"], 10),
+])
+def test_every_agent_runs_end_to_end(tmp_path, env, agent, bindings, steps):
+  args = [env, agent, "2", "4", "--logdir", str(tmp_path / "run"),
+          "--max_learner_steps", str(steps)]
+  for b in bindings:
+    args += ["--gin_bindings", b]
+  out = _train(args)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  with open(tmp_path / "run" / "result.json") as f:
+    result = json.load(f)
+  assert result["learner_steps"] >= steps
+  assert os.path.exists(tmp_path / "run" / "checkpoints" / "checkpoint")
