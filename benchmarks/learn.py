@@ -20,6 +20,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from seed_rl.train import DEFAULTS, die_with_parent  # pylint: disable=g-import-not-at-top,wrong-import-position
 DEFAULT_TARGETS = {("classic", "vtrace"): 475.0, ("classic", "ppo"): 475.0,
                    ("classic", "dqn"): 475.0, ("classic", "r2d2"): 475.0}
 
@@ -49,7 +52,6 @@ def main(argv=None) -> int:
       prefix=f"learn-{args.env}-{args.agent}-{args.seed}-")
   cmd = [sys.executable, "-m", "seed_rl.train", args.env, args.agent]
   if args.num_actors is not None or args.envs_per_actor is not None:
-    from seed_rl.train import DEFAULTS  # pylint: disable=g-import-not-at-top
     cmd += [str(args.num_actors or DEFAULTS["num_actors"]),
             str(args.envs_per_actor or DEFAULTS["envs_per_actor"])]
   cmd += ["--seed", str(args.seed), "--logdir", logdir,
@@ -62,8 +64,10 @@ def main(argv=None) -> int:
     cmd += ["--gin_bindings", b]
   start = time.monotonic()
   solved_wall = None
+  # The launcher dies with this script, and its processes with it.
   proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+                          stderr=subprocess.STDOUT, text=True,
+                          preexec_fn=die_with_parent)
   for line in proc.stdout:
     if line.startswith("SOLVED") and solved_wall is None:
       solved_wall = time.monotonic() - start

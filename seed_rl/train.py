@@ -42,7 +42,7 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _die_with_parent():
+def die_with_parent():
   """preexec_fn: the kernel sends SIGTERM to the child if we die (Linux)."""
   try:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
   procs = []
 
   def spawn(cmd, name):
-    proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent)
+    proc = subprocess.Popen(cmd, preexec_fn=die_with_parent)
     procs.append((name, proc))
     print(f"[launcher] started {name} (pid {proc.pid})", flush=True)
 
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
         # new run ids, so the learner resets its envs' state and unrolls.
         print(f"[launcher] {name} exited with code {rc}; restarting it",
               file=sys.stderr, flush=True)
-        new = subprocess.Popen(proc.args, preexec_fn=_die_with_parent)
+        new = subprocess.Popen(proc.args, preexec_fn=die_with_parent)
         procs[i] = (name, new)
         print(f"[launcher] restarted {name} (pid {new.pid})", flush=True)
       time.sleep(0.2)

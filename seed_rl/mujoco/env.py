@@ -18,9 +18,7 @@ from typing import Any, Mapping, Optional
 import gin
 
 from seed_rl.actors.batched_env import BatchedEnv
-from seed_rl.actors.factory import GymEnvFn
-from seed_rl.actors.factory import check_env_id
-from seed_rl.actors.factory import make_batched_env
+from seed_rl.classic.env import gym_batched_env
 
 KNOWN_TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5",
                "Humanoid-v5", "Pendulum-v1")
@@ -52,11 +50,8 @@ def create_environment(num_envs: int, seed: int,
   Returns:
     A BatchedEnv with SEED autoreset semantics.
   """
-  check_env_id(env_id)
-  env_fn = GymEnvFn(env_id, max_episode_steps,
-                    tuple(sorted((env_kwargs or {}).items())))
-  env = make_batched_env(env_fn, num_envs, seed, parallel, num_workers,
-                         start_method)
+  env = gym_batched_env(num_envs, seed, env_id, max_episode_steps,
+                        env_kwargs, parallel, num_workers, start_method)
   if env.action_spec.is_discrete:
     env.close()
     raise ValueError(
