@@ -136,7 +136,7 @@ def main(argv=None) -> int:
 def _write_result(logdir, reason, learner, config) -> None:
   """`<logdir>/result.json`: how the run ended (read by benchmarks)."""
   import json  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
   recent = learner.episodes.recent_mean()
   result = {
       "reason": reason,
@@ -153,7 +153,7 @@ def _write_result(logdir, reason, learner, config) -> None:
       "cpu_s": {**{k: round(v, 2) for k, v in learner.cpu_seconds.items()},
                 "process": round(time.process_time(), 2)},
       "batches": learner.batches_run,
-      "steady_state": learner_lib.steady_state(learner.ticks),
+      "steady_state": metrics.steady_state(learner.ticks),
   }
   tmp = os.path.join(logdir, ".result.json.tmp")
   with open(tmp, "w") as f:

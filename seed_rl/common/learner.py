@@ -247,88 +247,93 @@ class Learner:
   def run(self, stop_event: Optional[threading.Event] = None) -> str:
     """Trains until a stop condition; returns why it stopped.
 
-    The calling thread logs; training runs on its own thread; inference
-    happens on the batcher's thread as actors call in.
+    The calling thread checks stop conditions (every 0.5 s) and logs (every
+    `log_every_s`); training runs on its own thread; inference happens on the
+    batcher's thread as actors call in.
     """
-    cfg = self.config
     stop_event = stop_event or threading.Event()
     trainer = threading.Thread(target=self._train_loop, name="training",
                                daemon=True)
     trainer.start()
-    start = time.monotonic()
-    last_t, last_steps, last_batches, last_envs = start, self.env_steps, 0, 0
-    last_act = last_infer = 0.0
-    reason = "stopped"
-    while True:
-      stopped = stop_event.wait(cfg.log_every_s) or self._stop.is_set()
+    self._start = self._last_log = time.monotonic()
+    self._last = {"env_steps": self.env_steps, "batches": 0, "envs": 0,
+                  "act": 0.0, "infer": 0.0}
+    reason = None
+    while reason is None:
+      stopped = stop_event.wait(min(0.5, self.config.log_every_s))
       now = time.monotonic()
-      dt = max(now - last_t, 1e-9)
-      learner_steps = self._policy_version()
-      steps_per_s = (self.env_steps - last_steps) / dt
-      batches = self._batcher.batches_run - last_batches
-      envs = self._batcher.envs_served - last_envs
-      with self._metrics_lock:
-        scalars = self._metrics.drain()
-      lag = scalars.get("perf/policy_lag")
-      scalars.update(self.episodes.drain())
-      scalars["perf/env_steps_per_s"] = steps_per_s
-      scalars["perf/env_steps"] = self.env_steps
-      if batches:
-        scalars["perf/inference_batch_size"] = envs / batches
-        scalars["perf/inference_ms"] = (
-            1e3 * (self._infer_seconds - last_infer) / batches)
-        scalars["perf/act_ms"] = 1e3 * (self._act_seconds - last_act) / batches
-      if self._writer:
-        self._writer.write(learner_steps, scalars)
-      recent = self.episodes.recent_mean()
-      extra = {}
-      if lag is not None:
-        extra["perf/policy_lag"] = lag
-      if "loss/total" in scalars:
-        extra["loss/total"] = scalars["loss/total"]
-      metrics_lib.log(metrics_lib.progress_line(
-          now - start, learner_steps, self.env_steps, steps_per_s, recent,
-          self.episodes.episodes, extra))
-      self.ticks.append({"t": now - start, "env_steps": self.env_steps,
-                         "learner_steps": learner_steps,
-                         "process_cpu_s": time.process_time(),
-                         **{f"{k}_cpu_s": v
-                            for k, v in self.cpu_seconds.items()}})
-      last_t, last_steps = now, self.env_steps
-      last_batches = self._batcher.batches_run
-      last_envs = self._batcher.envs_served
-      last_act, last_infer = self._act_seconds, self._infer_seconds
-
+      if now - self._last_log >= self.config.log_every_s:
+        self._report(now)
       if self._train_error is not None:
         reason = f"training failed: {self._train_error!r}"
-        break
-      if stopped:
-        break
-      if (cfg.target_return is not None and self.episodes.full_window() and
-          recent >= cfg.target_return):
-        if self.solved_at_s is None:
-          self.solved_at_s = now - start
-        metrics_lib.log(
-            f"SOLVED: mean return {recent:.1f} over the last "
-            f"{self.episodes.window} episodes >= target {cfg.target_return:g}"
-            f" after {now - start:.1f} s, {self.env_steps:,d} env steps, "
-            f"{learner_steps} learner steps")
-        if cfg.stop_at_target:
-          reason = "target reached"
-          break
-      if cfg.max_env_steps and self.env_steps >= cfg.max_env_steps:
-        reason = f"max_env_steps {cfg.max_env_steps} reached"
-        break
-      if cfg.max_learner_steps and learner_steps >= cfg.max_learner_steps:
-        reason = f"max_learner_steps {cfg.max_learner_steps} reached"
-        break
-      if cfg.max_seconds and now - start >= cfg.max_seconds:
-        reason = f"max_seconds {cfg.max_seconds:g} reached"
-        break
+      elif stopped or self._stop.is_set():
+        reason = "stopped"
+      else:
+        reason = self._stop_reason(now)
+    self._report(time.monotonic())
     self.shutdown(trainer)
     if self._train_error is not None:
       raise RuntimeError("the training thread failed") from self._train_error
     return reason
+
+  def _stop_reason(self, now: float) -> Optional[str]:
+    """Why training should stop now, or None."""
+    cfg = self.config
+    recent = self.episodes.recent_mean()
+    learner_steps = self._policy_version()
+    if (cfg.target_return is not None and self.episodes.full_window() and
+        recent >= cfg.target_return):
+      if self.solved_at_s is None:
+        self.solved_at_s = now - self._start
+        metrics_lib.log(
+            f"SOLVED: mean return {recent:.1f} over the last "
+            f"{self.episodes.window} episodes >= target {cfg.target_return:g}"
+            f" after {now - self._start:.1f} s, {self.env_steps:,d} env "
+            f"steps, {learner_steps} learner steps")
+      if cfg.stop_at_target:
+        return "target reached"
+    if cfg.max_env_steps and self.env_steps >= cfg.max_env_steps:
+      return f"max_env_steps {cfg.max_env_steps} reached"
+    if cfg.max_learner_steps and learner_steps >= cfg.max_learner_steps:
+      return f"max_learner_steps {cfg.max_learner_steps} reached"
+    if cfg.max_seconds and now - self._start >= cfg.max_seconds:
+      return f"max_seconds {cfg.max_seconds:g} reached"
+    return None
+
+  def _report(self, now: float) -> None:
+    """Writes TensorBoard scalars and one console line for the last interval."""
+    last, dt = self._last, max(now - self._last_log, 1e-9)
+    learner_steps = self._policy_version()
+    steps_per_s = (self.env_steps - last["env_steps"]) / dt
+    batches = self._batcher.batches_run - last["batches"]
+    with self._metrics_lock:
+      scalars = self._metrics.drain()
+    scalars.update(self.episodes.drain())
+    scalars["perf/env_steps_per_s"] = steps_per_s
+    scalars["perf/env_steps"] = self.env_steps
+    if batches:
+      scalars["perf/inference_batch_size"] = (
+          (self._batcher.envs_served - last["envs"]) / batches)
+      scalars["perf/inference_ms"] = (
+          1e3 * (self._infer_seconds - last["infer"]) / batches)
+      scalars["perf/act_ms"] = 1e3 * (self._act_seconds - last["act"]) / batches
+    if self._writer:
+      self._writer.write(learner_steps, scalars)
+    extra = {k: scalars[k] for k in ("perf/policy_lag", "loss/total")
+             if k in scalars}
+    metrics_lib.log(metrics_lib.progress_line(
+        now - self._start, learner_steps, self.env_steps, steps_per_s,
+        self.episodes.recent_mean(), self.episodes.episodes, extra))
+    self.ticks.append({"t": now - self._start, "env_steps": self.env_steps,
+                       "learner_steps": learner_steps,
+                       "process_cpu_s": time.process_time(),
+                       **{f"{k}_cpu_s": v
+                          for k, v in self.cpu_seconds.items()}})
+    self._last_log = now
+    self._last = {"env_steps": self.env_steps,
+                  "batches": self._batcher.batches_run,
+                  "envs": self._batcher.envs_served,
+                  "act": self._act_seconds, "infer": self._infer_seconds}
 
   def shutdown(self, trainer: Optional[threading.Thread] = None) -> None:
     """Stops inference and training, then writes a final checkpoint."""
@@ -341,26 +346,6 @@ class Learner:
       self._save()
     if self._writer:
       self._writer.close()
-
-
-def steady_state(ticks: List[Dict[str, float]]) -> Dict[str, float]:
-  """Rates over the second half of a run (start-up and compilation excluded).
-
-  Returns env/learner steps per second and the CPU cores used per role
-  (CPU seconds per wall second) between the middle tick and the last one.
-  """
-  if len(ticks) < 2:
-    return {}
-  a, b = ticks[len(ticks) // 2 - (len(ticks) == 2)], ticks[-1]
-  dt = max(b["t"] - a["t"], 1e-9)
-  out = {"window_s": round(dt, 2),
-         "env_steps_per_s": round((b["env_steps"] - a["env_steps"]) / dt, 1),
-         "learner_steps_per_s": round(
-             (b["learner_steps"] - a["learner_steps"]) / dt, 3)}
-  for key in a:
-    if key.endswith("cpu_s"):
-      out[f"cores/{key[:-len('_cpu_s')]}"] = round((b[key] - a[key]) / dt, 3)
-  return out
 
 
 def _to_unroll(rows: Dict[str, np.ndarray], num_core: int) -> Unroll:
