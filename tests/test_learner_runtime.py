@@ -158,3 +158,26 @@ def test_several_actor_batches_split_actions_back_in_order():
                         _batch([2, 3, 4], [1, 1, 1], [[0, 0]] * 3)])
   assert [a.tolist() for a in out] == [[0, 1], [0, 1, 0]]
   learner.shutdown()
+
+
+def test_packed_four_frame_stack_matches_the_generic_stack():
+  """The uint32 fast path for 4 uint8 frames equals plain channel stacking."""
+  from seed_rl.common.env_state import EnvStateTable  # pylint: disable=g-import-not-at-top
+  spec = ArraySpec((3, 5), "uint8")
+  act = ArraySpec((), "int32", num_values=2)
+  fast = EnvStateTable(4, spec, act, lambda n: (), frame_stack=4)
+  assert fast._packed  # pylint: disable=protected-access
+  rng = np.random.default_rng(0)
+  history = {e: [np.zeros((3, 5), np.uint8)] * 4 for e in range(4)}
+  for t in range(12):
+    ids = np.array([0, 2, 3] if t % 3 else [1, 2])
+    if t == 7:  # an episode start for env 2
+      fast.reset(np.array([2]))
+      history[2] = [np.zeros((3, 5), np.uint8)] * 4
+    frames = rng.integers(0, 256, (len(ids), 3, 5), dtype=np.uint8)
+    peek = fast.stacked(ids, frames, commit=False)
+    out = fast.stacked(ids, frames)
+    np.testing.assert_array_equal(peek, out)
+    for row, e in enumerate(ids):
+      history[e] = history[e][1:] + [frames[row]]
+      np.testing.assert_array_equal(out[row], np.stack(history[e], -1))

@@ -8,6 +8,7 @@ and, for Atari, the frame stack (actors send one 84x84 frame per step).
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, Tuple
 
 import numpy as np
@@ -45,6 +46,12 @@ class EnvStateTable:
     self.stacked_spec = stacked_observation_spec(observation_spec, frame_stack)
     self.stack = (self.stacked_spec.zeros(num_envs) if frame_stack > 1
                   else None)
+    # Four uint8 frames per pixel are one little-endian uint32 whose low byte
+    # is the oldest frame: pushing a frame is a shift and an OR on a
+    # [N, H, W] uint32 view, ~10x faster than interleaving channels.
+    self._packed = (frame_stack == 4 and self.stack is not None and
+                    self.stack.dtype == np.uint8 and
+                    sys.byteorder == "little")
 
   def refresh_run_ids(self, env_ids: np.ndarray,
                       run_ids: np.ndarray) -> np.ndarray:
@@ -85,6 +92,12 @@ class EnvStateTable:
     """
     if self.stack is None:
       return frames
+    if self._packed:
+      words = self.stack.view(np.uint32)[..., 0]  # [N, H, W], a view
+      packed = (words[env_ids] >> 8) | (frames.astype(np.uint32) << 24)
+      if commit:
+        words[env_ids] = packed
+      return packed[..., None].view(np.uint8)  # [B, H, W, 4]
     stacked = np.concatenate(
         [self.stack[env_ids, ..., 1:], frames[..., None]], axis=-1)
     if commit:

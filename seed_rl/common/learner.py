@@ -42,6 +42,9 @@ class LearnerConfig:
   target_return: stop (if stop_at_target) once the mean return of the last
     100 training episodes reaches it; None never stops on return.
   max_env_steps / max_learner_steps / max_seconds: other stop conditions.
+  tf_intra_op_threads / tf_inter_op_threads: TensorFlow's thread pools in
+    the learner (None: TF's default, one per core). On a machine whose cores
+    the actors share, fewer threads spin less.
   """
 
   inference_batch_size: Optional[int] = None
@@ -54,6 +57,8 @@ class LearnerConfig:
   max_env_steps: Optional[int] = None
   max_learner_steps: Optional[int] = None
   max_seconds: Optional[float] = None
+  tf_intra_op_threads: Optional[int] = None
+  tf_inter_op_threads: Optional[int] = None
 
   def __post_init__(self):
     if self.inference_batch_size is not None and self.inference_batch_size < 1:
@@ -68,6 +73,11 @@ class LearnerConfig:
     for name in ("checkpoint_every_s", "log_every_s"):
       if getattr(self, name) <= 0:
         raise ValueError(f"LearnerConfig.{name} must be > 0")
+    for name in ("tf_intra_op_threads", "tf_inter_op_threads"):
+      value = getattr(self, name)
+      if value is not None and value < 1:
+        raise ValueError(f"LearnerConfig.{name} must be >= 1 or None (TF's "
+                         f"default), got {value}")
 
 
 class Learner:
