@@ -308,3 +308,14 @@ def time_major(array: np.ndarray, dtype: Any = None) -> np.ndarray:
   to `dtype` when given (without a copy when it already has it)."""
   array = np.swapaxes(np.asarray(array), 0, 1)
   return array if dtype is None else array.astype(dtype, copy=False)
+
+
+def check_time_major(fn: str, name: str, tensor, reference) -> None:
+  """Raises ValueError unless `tensor` is [T, B] like `reference` (a tensor
+  named 'values' in the caller `fn`); used by the return/advantage maths."""
+  if tensor.shape.rank != 2:
+    raise ValueError(f"{fn}: {name} must be time-major [T, B], got shape "
+                     f"{tensor.shape}")
+  if not tensor.shape.is_compatible_with(reference.shape):
+    raise ValueError(f"{fn}: {name} has shape {tensor.shape}, but values has "
+                     f"{reference.shape}; all inputs must be [T, B]")

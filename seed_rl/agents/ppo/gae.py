@@ -33,14 +33,7 @@ from typing import Tuple
 
 import tensorflow as tf
 
-
-def _check(name: str, tensor: tf.Tensor, reference: tf.Tensor) -> None:
-  if tensor.shape.rank != 2:
-    raise ValueError(f"gae: {name} must be time-major [T, B], got shape "
-                     f"{tensor.shape}")
-  if not tensor.shape.is_compatible_with(reference.shape):
-    raise ValueError(f"gae: {name} has shape {tensor.shape}, but values has "
-                     f"{reference.shape}; all inputs must be [T, B]")
+from seed_rl.common.agent_api import check_time_major
 
 
 def gae(rewards: tf.Tensor,
@@ -72,9 +65,9 @@ def gae(rewards: tf.Tensor,
   inputs = {"rewards": rewards, "next_values": next_values,
             "discounts": discounts, "trace_mask": trace_mask}
   inputs = {k: tf.convert_to_tensor(v, tf.float32) for k, v in inputs.items()}
-  _check("values", values, values)
+  check_time_major("gae", "values", values, values)
   for name, tensor in inputs.items():
-    _check(name, tensor, values)
+    check_time_major("gae", name, tensor, values)
   values = tf.stop_gradient(values)
   next_values = tf.stop_gradient(inputs["next_values"])
   deltas = inputs["rewards"] + inputs["discounts"] * next_values - values

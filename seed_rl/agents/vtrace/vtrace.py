@@ -38,14 +38,7 @@ from typing import Tuple
 
 import tensorflow as tf
 
-
-def _check_rank2(name: str, tensor: tf.Tensor, reference: tf.Tensor) -> None:
-  if tensor.shape.rank != 2:
-    raise ValueError(f"vtrace_targets: {name} must be time-major [T, B], got "
-                     f"shape {tensor.shape}")
-  if not tensor.shape.is_compatible_with(reference.shape):
-    raise ValueError(f"vtrace_targets: {name} has shape {tensor.shape}, but "
-                     f"values has {reference.shape}; all inputs must be [T, B]")
+from seed_rl.common.agent_api import check_time_major
 
 
 def vtrace_targets(log_rhos: tf.Tensor,
@@ -92,9 +85,9 @@ def vtrace_targets(log_rhos: tf.Tensor,
                        ("rewards", rewards), ("next_values", next_values),
                        ("trace_mask", trace_mask)):
     tensor = tf.convert_to_tensor(tensor, tf.float32)
-    _check_rank2(name, tensor, values)
+    check_time_major("vtrace_targets", name, tensor, values)
     tensors[name] = tensor
-  _check_rank2("values", values, values)
+  check_time_major("vtrace_targets", "values", values, values)
   log_rhos = tensors["log_rhos"]
   discounts = tensors["discounts"]
   rewards = tensors["rewards"]
