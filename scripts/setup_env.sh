@@ -27,5 +27,7 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]]; then
   echo "$want" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
-export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+# 3 hides the "failed call to cuInit" error TF logs on every CPU-only machine;
+# set TF_CPP_MIN_LOG_LEVEL=0 to debug TensorFlow itself.
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"
 export PYTHONUNBUFFERED=1

@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     print("error: --num_actors and --envs_per_actor must be >= 1",
           file=sys.stderr)
     return 2
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # see scripts/setup_env.sh
   # TensorFlow and the agent modules load only now (slow imports).
   import importlib  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
