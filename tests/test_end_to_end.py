@@ -140,3 +140,19 @@ def test_every_agent_runs_end_to_end(tmp_path, env, agent, bindings, steps):
     result = json.load(f)
   assert result["learner_steps"] >= steps
   assert os.path.exists(tmp_path / "run" / "checkpoints" / "checkpoint")
+
+
+def test_eval_actors_log_eval_returns(tmp_path):
+  logdir = tmp_path / "run"
+  out = _train(["classic", "ppo", "2", "4", "--num_eval_actors", "1",
+                "--logdir", str(logdir), "--max_learner_steps", "15",
+                "--gin_bindings", "LearnerConfig.log_every_s = 1.0"])
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  assert len(re.findall(r"started actor \d", out.stdout)) == 3
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+  acc = event_accumulator.EventAccumulator(str(logdir))
+  acc.Reload()
+  tags = acc.Tags()["tensors"]
+  # That eval envs make no unrolls and no env steps is checked exactly in
+  # test_learner_runtime.py; here: the whole path, flags to TensorBoard.
+  assert "eval/return" in tags and "episode/return" in tags
