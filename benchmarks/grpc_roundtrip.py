@@ -2,8 +2,8 @@
 
 Runs a LearnerServer with a trivial handler (zeros as actions) in its own
 process and ActorClients in other processes, as in a real run, and prints one
-JSON line: per batch kind (K=16 CartPole-sized [16, 4] float32, K=8 Atari
-frames [8, 84, 84] uint8) and client count (1, 4), the mean/p50/p99 round-trip
+JSON line: per batch kind (K=16 CartPole-sized [16, 4] float32, K=16 Atari
+frames [16, 84, 84] uint8) and client count (1, 4), the mean/p50/p99 round-trip
 time of ActorClient.step in microseconds and the messages per second summed
 over clients. "baseline" is bare gRPC on the same layout: a bidirectional
 stream of empty messages with no encoding or validation, i.e. the floor that
@@ -32,7 +32,7 @@ _WARMUP_STEPS = 200
 _ACTION_SPEC = ArraySpec((), "int64", "action", num_values=6)
 _BATCHES = {
     "cartpole": (16, ArraySpec((4,), "float32", "observation")),
-    "atari": (8, ArraySpec((84, 84), "uint8", "frame")),
+    "atari": (16, ArraySpec((84, 84), "uint8", "frame")),
 }
 _CLIENT_COUNTS = (1, 4)
 
@@ -131,6 +131,7 @@ def _run_client(args) -> np.ndarray:
   # Concurrent clients start timing together so their loads overlap.
   time.sleep(max(0.0, start_at - time.time()))
   times = []
+  cpu0 = time.process_time()
   deadline = time.perf_counter() + seconds
   while True:
     t0 = time.perf_counter()
@@ -139,17 +140,32 @@ def _run_client(args) -> np.ndarray:
     times.append(t1 - t0)
     if t1 >= deadline:
       break
+  cpu = time.process_time() - cpu0
   client.close()
-  return np.asarray(times)
+  return np.asarray(times), cpu
 
 
-def _measure(ctx, kind: str, port: int, clients: int, seconds: float) -> dict:
+def _process_cpu_s(pid: int) -> float:
+  """User + system CPU seconds of process `pid` so far (Linux /proc)."""
+  with open(f"/proc/{pid}/stat") as f:
+    fields = f.read().rsplit(")", 1)[1].split()
+  return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measure(ctx, kind: str, port: int, server_pid: int, clients: int,
+             seconds: float) -> dict:
   k, obs_spec = _BATCHES[kind]
   start_at = time.time() + 3.0  # after every client connected and warmed up
   with ctx.Pool(clients) as pool:
-    per_client = pool.map(
+    pending = pool.map_async(
         _run_client,
         [(kind, port, actor_id, seconds, start_at) for actor_id in range(clients)])
+    time.sleep(max(0.0, start_at - time.time()))
+    server_cpu0 = _process_cpu_s(server_pid)
+    results = pending.get()
+    server_cpu = _process_cpu_s(server_pid) - server_cpu0
+  per_client = [times for times, _ in results]
+  client_cpu = sum(cpu for _, cpu in results)
   wall = max(t.sum() for t in per_client)  # seconds
   times = np.concatenate(per_client) * 1e6
   return {
@@ -160,6 +176,12 @@ def _measure(ctx, kind: str, port: int, clients: int, seconds: float) -> dict:
       "p99_us": round(float(np.percentile(times, 99)), 1),
       "msgs_per_s": round(len(times) / wall, 1),
       "env_steps_per_s": round(len(times) * k / wall, 1),
+      # CPU per message: the actor side (encode, gRPC client threads,
+      # decode) and the learner side (gRPC server, decode, validation,
+      # handler, encode; the server's CPU is sampled over the same window
+      # give or take the clients' last round trips).
+      "client_cpu_us_per_msg": round(client_cpu / len(times) * 1e6, 1),
+      "server_cpu_us_per_msg": round(server_cpu / len(times) * 1e6, 1),
   }
 
 
@@ -195,7 +217,8 @@ def main() -> None:
     try:
       port = port_queue.get(timeout=60)
       for clients in _CLIENT_COUNTS:
-        results.append(_measure(ctx, kind, port, clients, args.seconds))
+        results.append(_measure(ctx, kind, port, server.pid, clients,
+                                args.seconds))
     finally:
       stop_event.set()
       server.join(10)

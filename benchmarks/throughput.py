@@ -34,7 +34,7 @@ sys.path.insert(0, ROOT)
 
 SETUPS = {
     "cartpole": {"env": "classic", "agent": "vtrace", "actors": 2, "k": 16},
-    "pong": {"env": "atari", "agent": "vtrace", "actors": 2, "k": 16},
+    "pong": {"env": "atari", "agent": "vtrace", "actors": 4, "k": 16},
     "pong_r2d2": {"env": "atari", "agent": "r2d2", "actors": 2, "k": 16},
 }
 
@@ -93,16 +93,39 @@ def system_rate(setup, seconds: float, bindings=()):
          "--gin_bindings", "LearnerConfig.stop_at_target = False"]
   for b in bindings:
     cmd += ["--gin_bindings", b]
-  subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
-                 stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  # Each actor rewrites its stats file every 5 s; keep every version so the
+  # actors' figures can be taken over the learner's steady-state window.
+  history = {}
+  while proc.poll() is None:
+    time.sleep(1.0)
+    for name in (os.listdir(stats_dir) if os.path.isdir(stats_dir) else ()):
+      if name.endswith(".json"):
+        try:
+          with open(os.path.join(stats_dir, name)) as f:
+            stats = json.load(f)
+        except (OSError, ValueError):
+          continue
+        versions = history.setdefault(name, [])
+        if not versions or versions[-1]["seconds"] != stats["seconds"]:
+          versions.append(stats)
+  if proc.returncode:
+    raise subprocess.CalledProcessError(proc.returncode, cmd)
   with open(os.path.join(logdir, "result.json")) as f:
     result = json.load(f)
-  actors = []
-  for name in sorted(os.listdir(stats_dir)):
-    if name.endswith(".json"):
-      with open(os.path.join(stats_dir, name)) as f:
-        actors.append(json.load(f))
-  return result, actors
+  window = result.get("steady_state", {}).get("window_s") or 0.0
+  return result, [_window_delta(v, window) for _, v in sorted(history.items())]
+
+
+def _window_delta(versions, window_s: float):
+  """An actor's stats over (about) its last `window_s` seconds."""
+  last = versions[-1]
+  first = min(versions, key=lambda v: abs(last["seconds"] - v["seconds"] -
+                                          window_s))
+  if first is last:  # a single snapshot: fall back to the whole run
+    return last
+  return {k: last[k] - first[k] for k in last}
 
 
 def main(argv=None) -> int:
@@ -156,6 +179,8 @@ def main(argv=None) -> int:
                 sum(a["learner_wait_s"] for a in actors) /
                 max(sum(busy), 1e-9), 3),
         },
+        # CPU seconds per wall second of all actor processes over (about)
+        # the learner's window.
         "actor_cores": round(sum(a["cpu_s"] / max(a["seconds"], 1e-9)
                                  for a in actors), 3),
         "window_s": steady.get("window_s"),

@@ -83,13 +83,7 @@ def main(argv=None) -> int:
                 "max_seconds") if getattr(args, k) is not None}
   config = dataclasses.replace(config, **overrides)
 
-  # Thread pools must be sized before TensorFlow runs its first op.
-  if config.tf_intra_op_threads:
-    tf.config.threading.set_intra_op_parallelism_threads(
-        config.tf_intra_op_threads)
-  if config.tf_inter_op_threads:
-    tf.config.threading.set_inter_op_parallelism_threads(
-        config.tf_inter_op_threads)
+  learner_lib.configure_tf_threads(config)
   tf.random.set_seed(args.seed)
   probe = env_module.create_environment(num_envs=1, seed=args.seed)
   observation_spec, action_spec = probe.observation_spec, probe.action_spec

@@ -48,15 +48,58 @@ def test_atari_torso_shapes(kind, size):
   assert np.all(np.isfinite(features))
 
 
+def _nature_reference(torso, frames):
+  """The Nature torso from raw TF ops on frames / 255 (float32)."""
+  x = tf.cast(frames, tf.float32) / 255.0
+  for layer, stride in zip(torso.conv_layers, (4, 2, 1)):
+    kernel, bias = (tf.cast(v, tf.float32) for v in layer.weights)
+    x = tf.nn.relu(tf.nn.conv2d(x, kernel, stride, "VALID") + bias)
+  kernel, bias = torso.dense.weights
+  return tf.nn.relu(tf.reshape(x, [x.shape[0], -1]) @ kernel + bias)
+
+
 def test_atari_torso_scales_inside():
   torso = atari_torso(kind="nature", dense_size=8)
-  frames = np.full([1, 84, 84, 4], 255, np.uint8)
-  from_uint8 = torso(frames)
-  x = tf.ones([1, 84, 84, 4])
-  for layer in torso.conv_layers:
-    x = layer(x)
-  expected = torso.dense(tf.reshape(x, [1, -1]))
-  np.testing.assert_allclose(from_uint8, expected, rtol=1e-5, atol=1e-6)
+  frames = np.random.default_rng(1).integers(0, 256, [3, 84, 84, 4],
+                                             dtype=np.uint8)
+  np.testing.assert_allclose(torso(frames), _nature_reference(torso, frames),
+                             rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["impala", "nature"])
+def test_atari_torso_bfloat16_compute(kind, tmp_path):
+  frames = np.random.default_rng(2).integers(0, 256, [4, 84, 84, 4],
+                                             dtype=np.uint8)
+  fast = atari_torso(kind=kind, dense_size=32, compute_dtype="bfloat16")
+  features = fast(frames)
+  # Weights stay float32 (same checkpoints); the features come out float32.
+  assert features.dtype == tf.float32
+  assert all(v.dtype == tf.float32 for v in fast.weights)
+  # A float32 torso restored from the bfloat16 one's checkpoint computes
+  # the same features up to bfloat16 rounding (8 significand bits).
+  exact = atari_torso(kind=kind, dense_size=32)
+  exact(frames)
+  path = tf.train.Checkpoint(net=fast).save(str(tmp_path / "ckpt"))
+  tf.train.Checkpoint(net=exact).restore(path).assert_consumed()
+  expected = exact(frames).numpy()
+  if kind == "nature":
+    np.testing.assert_allclose(expected, _nature_reference(exact, frames),
+                               rtol=1e-5, atol=1e-6)
+  scale = np.abs(expected).max()
+  assert scale > 0
+  np.testing.assert_allclose(features, expected, atol=0.03 * scale)
+  # Gradients reach the float32 weights through the bfloat16 compute.
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(fast(frames))
+  grads = tape.gradient(loss, fast.trainable_variables)
+  assert all(g is not None and g.dtype == tf.float32 for g in grads)
+  assert all(np.all(np.isfinite(g)) for g in grads)
+
+
+def test_atari_torso_rejects_unknown_compute_dtype():
+  with pytest.raises(ValueError, match="compute_dtype 'float16' is unknown; "
+                     "allowed: float32, bfloat16"):
+    atari_torso(kind="nature", compute_dtype="float16")
 
 
 def _restored_copy(make, tmp_path):
@@ -227,3 +270,20 @@ def test_network_rejects_lstm_with_separate_value_torso():
   with pytest.raises(ValueError, match="separate_value_torso"):
     networks.ActorCriticNetwork(mlp_torso, 2, tf.identity, use_lstm=True,
                                 separate_value_torso=True)
+
+
+def test_compute_dtype_auto_follows_cpu_flags(tmp_path, monkeypatch):
+  from seed_rl.atari import networks as atari_networks
+  with_bf16 = tmp_path / "with"
+  with_bf16.write_text("processor: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+  without = tmp_path / "without"
+  without.write_text("processor: 0\nflags\t\t: fpu avx2 avx512f\n")
+  assert atari_networks.cpu_has_bfloat16(str(with_bf16))
+  assert not atari_networks.cpu_has_bfloat16(str(without))
+  assert not atari_networks.cpu_has_bfloat16(str(tmp_path / "missing"))
+  monkeypatch.setattr(atari_networks, "cpu_has_bfloat16", lambda: True)
+  assert atari_networks.resolve_compute_dtype("auto") == (
+      "float32" if tf.config.list_physical_devices("GPU") else "bfloat16")
+  monkeypatch.setattr(atari_networks, "cpu_has_bfloat16", lambda: False)
+  assert atari_networks.resolve_compute_dtype("auto") == "float32"
+  assert atari_networks.resolve_compute_dtype("bfloat16") == "bfloat16"

@@ -34,7 +34,9 @@ class LearnerConfig:
 
   inference_batch_size: envs per inference call that trigger it at once;
     None means every training and eval env (one call per "tick" of all
-    actors). Smaller values lower latency when actors are out of step.
+    actors), and so does any value above that. Smaller values let actors
+    run out of step: while some wait for inference, others step their envs
+    (Atari V-trace uses half the envs of a 4 x 16 run).
   batch_timeout_ms: longest wait of a pending request for a fuller batch.
   frame_stack: observations stacked on the learner (4 for Atari frames).
   checkpoint_every_s: seconds between checkpoints (also saved at shutdown).
@@ -80,6 +82,17 @@ class LearnerConfig:
                          f"default), got {value}")
 
 
+def configure_tf_threads(config: LearnerConfig) -> None:
+  """Sizes TensorFlow's thread pools; call before TF runs its first op."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if config.tf_intra_op_threads:
+    tf.config.threading.set_intra_op_parallelism_threads(
+        config.tf_intra_op_threads)
+  if config.tf_inter_op_threads:
+    tf.config.threading.set_inter_op_parallelism_threads(
+        config.tf_inter_op_threads)
+
+
 class Learner:
   """Serves inference to actors (as the gRPC handler) and trains `agent`.
 
@@ -117,7 +130,8 @@ class Learner:
     # CPU seconds by role (time.thread_time of the thread doing the work).
     self.cpu_seconds = {"inference": 0.0, "act": 0.0, "training": 0.0}
     self.ticks: List[Dict[str, float]] = []  # one per progress line
-    batch_size = self.config.inference_batch_size or self.num_envs
+    batch_size = min(self.config.inference_batch_size or self.num_envs,
+                     self.num_envs)
     self._batcher = DynamicBatcher(self._infer, batch_size,
                                    self.config.batch_timeout_ms / 1000.0,
                                    size_fn=lambda b: b.num_envs)
