@@ -34,7 +34,7 @@ sys.path.insert(0, ROOT)
 
 SETUPS = {
     "cartpole": {"env": "classic", "agent": "vtrace", "actors": 2, "k": 16},
-    "pong": {"env": "atari", "agent": "vtrace", "actors": 4, "k": 16},
+    "pong": {"env": "atari", "agent": "vtrace", "actors": 3, "k": 48},
     "pong_r2d2": {"env": "atari", "agent": "r2d2", "actors": 2, "k": 16},
 }
 

@@ -2,9 +2,12 @@
 
 SEED RL's C++ op ran inference only when exactly N requests had arrived, which
 stalls whenever actor counts do not divide N. Here a batch runs as soon as the
-pending requests hold `max_batch_size` environments, or the oldest request has
-waited `timeout_s`, whichever comes first. Requests are never split: one
-request is one actor's whole batch of environments.
+pending requests hold `batch_size` environments, or the oldest request has
+waited `timeout_s`, whichever comes first, and it takes every pending request
+up to `max_batch_size` environments: requests that arrived while the previous
+batch ran share the next one, so batches grow with load and latency stays low
+without it. Requests are never split: one request is one actor's whole batch
+of environments.
 """
 
 from __future__ import annotations
@@ -40,19 +43,28 @@ class DynamicBatcher(Generic[Request, Result]):
     fn: called on the batching thread with a list of requests; returns one
       result per request, in order. An exception fails every request of that
       batch (each caller re-raises it) and the batcher keeps serving.
-    max_batch_size: environments per batch that trigger an immediate run.
+    batch_size: pending environments that trigger an immediate run.
     timeout_s: longest time the oldest pending request waits for company.
     size_fn: environments in one request.
+    max_batch_size: most environments one run takes (a request larger than
+      this runs alone); None means `batch_size`.
   """
 
   def __init__(self, fn: Callable[[List[Request]], Sequence[Result]],
-               max_batch_size: int, timeout_s: float,
-               size_fn: Callable[[Request], int]):
-    if max_batch_size < 1:
-      raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+               batch_size: int, timeout_s: float,
+               size_fn: Callable[[Request], int],
+               max_batch_size: Optional[int] = None):
+    if batch_size < 1:
+      raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if max_batch_size is None:
+      max_batch_size = batch_size
+    if max_batch_size < batch_size:
+      raise ValueError(f"max_batch_size ({max_batch_size}) must be >= "
+                       f"batch_size ({batch_size})")
     if timeout_s < 0:
       raise ValueError(f"timeout_s must be >= 0, got {timeout_s}")
     self._fn = fn
+    self._batch_size = batch_size
     self._max_batch_size = max_batch_size
     self._timeout_s = timeout_s
     self._size_fn = size_fn
@@ -76,7 +88,7 @@ class DynamicBatcher(Generic[Request, Result]):
         raise BatcherStopped("the learner is shutting down")
       self._pending.append(slot)
       self._pending_size += slot.size
-      if self._pending_size >= self._max_batch_size or len(self._pending) == 1:
+      if self._pending_size >= self._batch_size or len(self._pending) == 1:
         self._cond.notify()
     slot.done.wait()
     if slot.error is not None:
@@ -89,7 +101,7 @@ class DynamicBatcher(Generic[Request, Result]):
         if self._stopped:
           return None
         if self._pending:
-          if self._pending_size >= self._max_batch_size:
+          if self._pending_size >= self._batch_size:
             break
           wait = self._pending[0].arrival + self._timeout_s - time.monotonic()
           if wait <= 0:
@@ -97,7 +109,7 @@ class DynamicBatcher(Generic[Request, Result]):
           self._cond.wait(wait)
         else:
           self._cond.wait()
-      # Take requests in arrival order up to the batch size (at least one).
+      # Take requests in arrival order up to the cap (at least one).
       taken, size = [], 0
       while self._pending and (not taken or
                                size + self._pending[0].size <=

@@ -32,11 +32,12 @@ from seed_rl.grpc.errors import ServiceStopping
 class LearnerConfig:
   """Runtime settings (units in the names).
 
-  inference_batch_size: envs per inference call that trigger it at once;
-    None means every training and eval env (one call per "tick" of all
-    actors), and so does any value above that. Smaller values let actors
-    run out of step: while some wait for inference, others step their envs
-    (Atari V-trace uses half the envs of a 4 x 16 run).
+  inference_batch_size: pending envs that trigger an inference call at
+    once (the call then takes every pending request); None means every
+    training and eval env (one call per "tick" of all actors), and so does
+    any value above that. Smaller values let actors run out of step: while
+    some wait for inference, others step their envs (Atari V-trace triggers
+    on one 32-env actor).
   batch_timeout_ms: longest wait of a pending request for a fuller batch.
   frame_stack: observations stacked on the learner (4 for Atari frames).
   checkpoint_every_s: seconds between checkpoints (also saved at shutdown).
@@ -132,9 +133,12 @@ class Learner:
     self.ticks: List[Dict[str, float]] = []  # one per progress line
     batch_size = min(self.config.inference_batch_size or self.num_envs,
                      self.num_envs)
+    # A run takes every pending request: under load batches grow (cheaper
+    # per env) instead of queueing.
     self._batcher = DynamicBatcher(self._infer, batch_size,
                                    self.config.batch_timeout_ms / 1000.0,
-                                   size_fn=lambda b: b.num_envs)
+                                   size_fn=lambda b: b.num_envs,
+                                   max_batch_size=self.num_envs)
 
   # ----------------------------------------------------------- inference --
   def step(self, batch: StepBatch) -> np.ndarray:
