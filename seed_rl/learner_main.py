@@ -145,9 +145,9 @@ def _write_result(logdir, reason, learner, config) -> None:
       "learner_steps": int(learner.agent.step_counter.numpy()),
       "episodes": learner.episodes.episodes,
       "final_return": recent,
-      "solved": bool(config.target_return is not None and recent is not None
-                     and learner.episodes.full_window()
-                     and recent >= config.target_return),
+      # Reached the target at some point of the run (the mean may dip
+      # below it again before shutdown).
+      "solved": learner.solved_at_s is not None,
       "solved_at_s": learner.solved_at_s,
       # TF's own threads run ops for both roles; thread_time counts only the
       # Python thread that called in, so 'process' is the honest total.

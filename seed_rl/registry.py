@@ -18,6 +18,7 @@ ENVS = {
     "classic": "seed_rl.classic.env",
     "atari": "seed_rl.atari.env",
     "mujoco": "seed_rl.mujoco.env",
+    "synthetic": "seed_rl.synthetic.env",
 }
 # agent name -> module with create_agent(observation_spec, action_spec, n)
 AGENTS = {

@@ -191,7 +191,7 @@ def test_q_network_shapes_dueling_and_noise(noisy):
     (dict(min_replay_size=100, replay_capacity=50), "never start"),
     (dict(rate_limiter_error_buffer=4.0, batch_size=32, min_replay_size=32),
      "deadlock"),
-    (dict(discount=0.0), "discount"),
+    (dict(discount=-0.5), "discount"),
     (dict(samples_per_insert=0.0), "samples_per_insert"),
     (dict(n_step=0), "n_step"),
 ])
@@ -347,8 +347,8 @@ def test_train_step_finite_and_updates_priorities(extra):
   _fill(agent)
   assert len(agent.replay) == 2 * 4 * 3
   metrics = agent.train_step()
-  for name in ("loss/td", "replay/size", "replay/beta", "dqn/epsilon",
-               "perf/policy_lag", "loss/grad_norm"):
+  for name in ("loss/td", "replay/size", "replay/beta", "policy/epsilon",
+               "perf/policy_lag", "grad/norm"):
     assert np.isfinite(metrics[name]), name
   assert metrics["replay/size"] == 24
   assert int(agent.step_counter.numpy()) == 1

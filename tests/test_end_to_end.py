@@ -126,12 +126,16 @@ def test_crashing_environment_costs_only_its_actor(tmp_path):
                        "PPOConfig.batch_size = 8",
                        "PPOConfig.num_minibatches = 2"], 10),
     ("classic", "ppo", [], 10),
+    ("classic", "vtrace", [], 30),
     ("classic", "dqn", ["DQNConfig.min_replay_size = 200"], 50),
     ("classic", "r2d2", ["R2D2Config.min_replay_size = 16"], 10),
 ])
 def test_every_agent_runs_end_to_end(tmp_path, env, agent, bindings, steps):
+  """Every agent trains through the real system and writes the learning
+  diagnostics of docs/METRICS.md to TensorBoard."""
   args = [env, agent, "2", "4", "--logdir", str(tmp_path / "run"),
-          "--max_learner_steps", str(steps)]
+          "--max_learner_steps", str(steps),
+          "--gin_bindings", "LearnerConfig.log_every_s = 1.0"]
   for b in bindings:
     args += ["--gin_bindings", b]
   out = _train(args)
@@ -140,6 +144,36 @@ def test_every_agent_runs_end_to_end(tmp_path, env, agent, bindings, steps):
     result = json.load(f)
   assert result["learner_steps"] >= steps
   assert os.path.exists(tmp_path / "run" / "checkpoints" / "checkpoint")
+  tags = _event_tags(tmp_path / "run")
+  missing = sorted((COMMON_DIAGNOSTICS | AGENT_DIAGNOSTICS[agent]) - tags)
+  assert not missing, f"{agent} wrote no {missing}; it wrote {sorted(tags)}"
+  # The console line shows whether a run moves.
+  progress = [l for l in out.stdout.splitlines() if l.startswith("[learner")]
+  marker = "q " if agent in ("dqn", "r2d2") else "entropy "
+  assert any(marker in l for l in progress), progress[-3:]
+
+
+# Diagnostics every agent writes (names: docs/METRICS.md).
+COMMON_DIAGNOSTICS = {
+    "loss/total", "grad/norm", "grad/norm_torso", "grad/norm_head",
+    "opt/learning_rate", "perf/updates_per_s", "perf/samples_per_env_step",
+    "perf/policy_lag", "perf/env_steps_per_s"}
+AGENT_DIAGNOSTICS = {
+    "vtrace": {"policy/entropy", "value/explained_variance",
+               "advantage/mean", "advantage/std", "vtrace/rho_mean",
+               "vtrace/rho_clipped_fraction"},
+    "ppo": {"policy/entropy", "value/explained_variance", "advantage/mean",
+            "advantage/std", "policy/approx_kl", "policy/clip_fraction"},
+    "dqn": {"q/mean", "q/td_error", "policy/epsilon"},
+    "r2d2": {"q/mean", "q/td_error"},
+}
+
+
+def _event_tags(logdir):
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+  acc = event_accumulator.EventAccumulator(str(logdir))
+  acc.Reload()
+  return set(acc.Tags()["tensors"])
 
 
 def test_eval_actors_log_eval_returns(tmp_path):

@@ -98,7 +98,7 @@ def test_train_step_on_hand_built_unrolls(action_spec, overrides):
   metrics = agent.train_step()
   assert int(agent.step_counter.numpy()) == 1
   for name in ("loss/total", "loss/policy", "loss/value", "loss/entropy",
-               "ppo/approx_kl", "ppo/clip_fraction", "ppo/kl_coef",
+               "policy/approx_kl", "policy/clip_fraction", "ppo/kl_coef",
                "perf/policy_lag"):
     assert name in metrics and np.isfinite(metrics[name]), name
   assert metrics["perf/policy_lag"] == 0.0

@@ -112,8 +112,8 @@ def _numpy_ppo_loss(log_prob, blp, adv, values, returns, old_values, entropy,
       "loss/policy": -policy / n,
       "loss/value": v_cost * value / n,
       "loss/entropy": -ent_cost * entropy.mean(),
-      "ppo/approx_kl": approx_kl / n,
-      "ppo/clip_fraction": clipped / n,
+      "policy/approx_kl": approx_kl / n,
+      "policy/clip_fraction": clipped / n,
   }
 
 
@@ -139,7 +139,7 @@ def test_ppo_loss_matches_numpy_reference():
       loss.numpy(), sum(expected[k] for k in
                         ("loss/policy", "loss/value", "loss/entropy")),
       rtol=1e-4)
-  assert 0.0 < expected["ppo/clip_fraction"] < 1.0  # both regimes exercised
+  assert 0.0 < expected["policy/clip_fraction"] < 1.0  # both regimes exercised
 
 
 def test_ppo_loss_kl_penalty_and_entropy_gradient():
@@ -175,7 +175,7 @@ def test_clipped_loss_gradient_zero_where_clipped_through_ppo_loss():
         log_prob, tf.zeros(2), tf.constant([1.0, -1.0]), tf.zeros(2),
         tf.zeros(2), tf.zeros(2), clip_ratio=EPS, normalize_advantage=False)
   np.testing.assert_allclose(tape.gradient(loss, log_prob).numpy(), [0, 0])
-  np.testing.assert_allclose(metrics["ppo/clip_fraction"].numpy(), 1.0)
+  np.testing.assert_allclose(metrics["policy/clip_fraction"].numpy(), 1.0)
 
 
 def test_adapt_kl_coef_doubles_and_halves():

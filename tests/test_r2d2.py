@@ -322,7 +322,7 @@ def test_loss_and_priorities_match_reference():
   np.testing.assert_allclose(loss.numpy(), want_loss, rtol=1e-4)
   np.testing.assert_allclose(priorities.numpy(),
                              priorities_ref(np.abs(td), 0.9), rtol=1e-4)
-  assert metrics["r2d2/mean_abs_td"].numpy() == pytest.approx(
+  assert metrics["q/td_error"].numpy() == pytest.approx(
       np.abs(td).mean(), rel=1e-4)
 
 
@@ -450,7 +450,7 @@ def test_agent_trains_updates_priorities_and_syncs_target(tmp_path):
   assert all(np.array_equal(a, b)
              for a, b in zip(_weights(online), _weights(target)))
   metrics = agent.train_step()
-  for name in ("loss/td", "replay/size", "replay/mean_priority", "r2d2/mean_q",
+  for name in ("loss/td", "replay/size", "replay/mean_priority", "q/mean",
                "perf/policy_lag"):
     assert np.isfinite(metrics[name]), name
   assert len(updates) == 1 and updates[0][1].shape == (4,)
@@ -523,7 +523,7 @@ def test_config_validation_messages():
   with pytest.raises(ValueError, match="min_replay_size"):
     R2D2Config(replay_capacity=10, min_replay_size=20)
   with pytest.raises(ValueError, match="discount"):
-    R2D2Config(discount=0.0)
+    R2D2Config(discount=-0.1)
   with pytest.raises(ValueError, match="scalar discrete"):
     R2D2Agent(OBS, ArraySpec((2,), "float32"), 4, _config())
   cfg = R2D2Config(importance_sampling_exponent=0.6,

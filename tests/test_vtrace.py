@@ -363,10 +363,10 @@ def test_impala_loss_matches_numpy_reference():
   entropy = np.mean(-(np.exp(log_pi) * log_pi).sum(-1))
   expected_total = policy + baseline - entropy_cost * entropy
   np.testing.assert_allclose(metrics["loss/policy"], policy, rtol=1e-4)
-  np.testing.assert_allclose(metrics["loss/baseline"], baseline, rtol=1e-4)
+  np.testing.assert_allclose(metrics["loss/value"], baseline, rtol=1e-4)
   np.testing.assert_allclose(metrics["policy/entropy"], entropy, rtol=1e-4)
   np.testing.assert_allclose(total, expected_total, rtol=1e-4)
-  np.testing.assert_allclose(metrics["vtrace/mean_rho"],
+  np.testing.assert_allclose(metrics["vtrace/rho_mean"],
                              np.mean(np.exp(log_rhos)), rtol=1e-4)
 
 
@@ -385,9 +385,9 @@ def test_loss_value_and_gradient_direction_hand_built():
         entropy_cost=0.1)
   ln2 = math.log(2.0)
   # vs = 1, advantage = 1 - 0.25.
-  np.testing.assert_allclose(metrics["vtrace/mean_vs"], 1.0, rtol=1e-6)
+  np.testing.assert_allclose(metrics["value/target_mean"], 1.0, rtol=1e-6)
   np.testing.assert_allclose(metrics["loss/policy"], 0.75 * ln2, rtol=1e-6)
-  np.testing.assert_allclose(metrics["loss/baseline"], 0.5 * 0.5 * 0.75**2,
+  np.testing.assert_allclose(metrics["loss/value"], 0.5 * 0.5 * 0.75**2,
                              rtol=1e-6)
   np.testing.assert_allclose(metrics["loss/entropy"], -0.1 * ln2, rtol=1e-6)
   np.testing.assert_allclose(

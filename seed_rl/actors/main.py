@@ -21,25 +21,17 @@ import logging
 import signal
 import sys
 import threading
-from typing import Callable, Dict, List, Optional
+from typing import List, Optional
 
 import gin
 
+from seed_rl import registry
 from seed_rl.actors.actor import run_actor
 from seed_rl.actors.subprocess_env import EnvWorkerError
-from seed_rl.atari import env as atari_env
-from seed_rl.classic import env as classic_env
 from seed_rl.grpc.client import LearnerError
 from seed_rl.grpc.client import LearnerUnavailableError
 from seed_rl.grpc.client import ProtocolError
 from seed_rl.grpc.client import SpecMismatchError
-from seed_rl.mujoco import env as mujoco_env
-
-ENV_FACTORIES: Dict[str, Callable] = {
-    "classic": classic_env.create_environment,
-    "atari": atari_env.create_environment,
-    "mujoco": mujoco_env.create_environment,
-}
 
 EXIT_PROTOCOL_ERROR = 2
 EXIT_ENV_ERROR = 3
@@ -53,7 +45,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(
       prog="python -m seed_rl.actors.main",
       description="SEED RL actor: steps envs, the learner picks actions.")
-  parser.add_argument("--env", required=True, choices=sorted(ENV_FACTORIES),
+  parser.add_argument("--env", required=True, choices=sorted(registry.ENVS),
                       help="environment domain")
   parser.add_argument("--actor_id", type=int, required=True,
                       help="I; this actor owns global env ids [I*K, (I+1)*K)")
@@ -83,6 +75,9 @@ def main(argv: Optional[List[str]] = None) -> int:
   args = parse_args(argv)
   logging.basicConfig(level=logging.INFO,
                       format="%(asctime)s actor %(process)d %(message)s")
+  # The domain's module registers its gin configurables before parsing;
+  # the registry is the learner's, so a domain added there works here too.
+  create_environment = registry.env_module(args.env).create_environment
   gin.parse_config_files_and_bindings(args.gin_config, args.gin_bindings,
                                       skip_unknown=True)
   if "tensorflow" in sys.modules:
@@ -100,7 +95,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               for s in (signal.SIGTERM, signal.SIGINT)}
   try:
     summary = run_actor(args.server_address, args.actor_id, args.num_envs,
-                        ENV_FACTORIES[args.env], args.seed,
+                        create_environment, args.seed,
                         max_steps=args.max_steps, stop_event=stop_event,
                         log_interval_s=args.log_interval_s,
                         stats_path=args.stats_file)

@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 _KINDS = ("impala", "nature")
+_KERNEL_INITS = ("orthogonal", "glorot_uniform")
 # compute dtype -> Keras dtype policy of the torso's layers.
 _COMPUTE_DTYPES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
 # CPU flags (Linux /proc/cpuinfo) of native bfloat16 dot products.
@@ -91,7 +92,7 @@ class AtariTorso(keras.layers.Layer):
   def __init__(self, kind: str = "impala",
                impala_channels: Sequence[int] = (16, 32, 32),
                dense_size: int = 256, compute_dtype: str = "float32",
-               **kwargs):
+               kernel_init: str = "orthogonal", **kwargs):
     super().__init__(**kwargs)
     if kind not in _KINDS:
       raise ValueError(f"atari_torso: kind {kind!r} is unknown; allowed: "
@@ -103,6 +104,16 @@ class AtariTorso(keras.layers.Layer):
     if dense_size < 1:
       raise ValueError(f"atari_torso: dense_size must be positive, got "
                        f"{dense_size}")
+    if kernel_init not in _KERNEL_INITS:
+      raise ValueError(f"atari_torso: kernel_init {kernel_init!r} is unknown; "
+                       f"allowed: {', '.join(_KERNEL_INITS)}")
+    # Orthogonal with gain sqrt(2) (the ReLU gain), as OpenAI Baselines and
+    # CleanRL initialise their Atari torsos; Keras' glorot_uniform gives
+    # ReLU features about half that scale at every layer.
+    def init():
+      if kernel_init == "orthogonal":
+        return keras.initializers.Orthogonal(gain=math.sqrt(2.0))
+      return "glorot_uniform"
     self.kind = kind
     self.feature_dtype = compute_dtype
     policy = _COMPUTE_DTYPES[compute_dtype]
@@ -110,8 +121,10 @@ class AtariTorso(keras.layers.Layer):
     # Frames arrive as uint8 0..255; the first conv sees them scaled to
     # [0, 1] (see ScaledInputConv2D), later ones see features.
     conv = lambda *a, **kw: (
-        keras.layers.Conv2D(*a, dtype=policy, **kw) if layers else
-        ScaledInputConv2D(*a, dtype=policy, input_scale=1 / 255, **kw))
+        keras.layers.Conv2D(*a, dtype=policy, kernel_initializer=init(), **kw)
+        if layers else
+        ScaledInputConv2D(*a, dtype=policy, input_scale=1 / 255,
+                          kernel_initializer=init(), **kw))
     if kind == "nature":
       for filters, size, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
         layers.append(conv(filters, size, strides=stride, activation="relu"))
@@ -131,7 +144,7 @@ class AtariTorso(keras.layers.Layer):
     # (a target network) would restore without its conv weights.
     self.conv_stack = keras.Sequential(layers, name="conv_stack")
     self.dense = keras.layers.Dense(dense_size, activation="relu",
-                                    dtype=policy)
+                                    dtype=policy, kernel_initializer=init())
 
   @property
   def conv_layers(self):
@@ -152,16 +165,20 @@ class AtariTorso(keras.layers.Layer):
 def atari_torso(kind: str = "impala",
                 dense_size: Optional[int] = None,
                 impala_channels: Sequence[int] = (16, 32, 32),
-                compute_dtype: str = "float32") -> keras.layers.Layer:
+                compute_dtype: str = "float32",
+                kernel_init: str = "orthogonal") -> keras.layers.Layer:
   """Builds an Atari torso.
 
   dense_size defaults to 256 for 'impala' and 512 for 'nature'.
   compute_dtype: 'float32', 'bfloat16' (see AtariTorso) or 'auto' (see
   resolve_compute_dtype).
+  kernel_init: 'orthogonal' (gain sqrt 2, Baselines/CleanRL) or
+  'glorot_uniform' (Keras' default; this project's default before 2026-11).
   """
   if dense_size is None:
     dense_size = 512 if kind == "nature" else 256
   return AtariTorso(kind=kind, impala_channels=impala_channels,
                     dense_size=dense_size,
                     compute_dtype=resolve_compute_dtype(compute_dtype),
+                    kernel_init=kernel_init,
                     name=f"atari_torso_{kind}")

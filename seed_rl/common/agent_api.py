@@ -275,6 +275,12 @@ def check_unroll(
     check(f"core_state[{i}]", state, (b,) + tuple(shape))
 
 
+# train_step may return this metric: how many transitions the step trained
+# on (counted again when data is reused); the learner sums it into
+# perf/samples_per_env_step instead of averaging it.
+SAMPLES_METRIC = "perf/samples_trained"
+
+
 def policy_lag(learner_step: int, policy_version: np.ndarray) -> float:
   """perf/policy_lag: learner steps between the weights that acted and now.
 

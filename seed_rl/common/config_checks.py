@@ -53,11 +53,11 @@ def in_unit_interval(config: Any, *names: str) -> None:
 
 
 def discount(config: Any, name: str = "discount") -> None:
-  """A discount factor gamma in (0, 1]."""
+  """A discount factor gamma in [0, 1] (0: every step is its own bandit,
+  as in the synthetic pipeline check)."""
   value = getattr(config, name)
-  if not 0 < value <= 1:
-    fail(config, f"{name} must be in (0, 1]; 0 would ignore all future "
-         f"rewards, got {value}")
+  if not 0 <= value <= 1:
+    fail(config, f"{name} must be in [0, 1], got {value}")
 
 
 def max_grad_norm(config: Any, name: str = "max_grad_norm") -> None:

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 import gin
 import numpy as np
 
+from seed_rl.common import agent_api
 from seed_rl.common import metrics as metrics_lib
 from seed_rl.common.agent_api import ActInputs, Agent, Unroll
 from seed_rl.common.batcher import BatcherStopped, DynamicBatcher
@@ -127,6 +128,7 @@ class Learner:
     self.env_steps = checkpointer.env_steps if checkpointer else 0
     self._act_seconds = 0.0
     self._infer_seconds = 0.0
+    self._samples_trained = 0.0  # transitions trained on (with reuse)
     self.solved_at_s: Optional[float] = None  # seconds into run()
     # CPU seconds by role (time.thread_time of the thread doing the work).
     self.cpu_seconds = {"inference": 0.0, "act": 0.0, "training": 0.0}
@@ -258,8 +260,11 @@ class Learner:
         self.cpu_seconds["training"] += time.thread_time() - c0
         if not step_metrics:  # stopped while waiting for data
           continue
+        step_metrics = dict(step_metrics)
+        samples = step_metrics.pop(agent_api.SAMPLES_METRIC, 0.0)
         with self._metrics_lock:
           self._metrics.add(step_metrics)
+          self._samples_trained += samples
         if (self._checkpointer and time.monotonic() - last_ckpt >=
             self.config.checkpoint_every_s):
           self._save()
@@ -336,8 +341,15 @@ class Learner:
     batches = self._batcher.batches_run - last["batches"]
     with self._metrics_lock:
       scalars = self._metrics.drain()
+      samples = self._samples_trained - last.get("samples", 0.0)
+      last_samples = self._samples_trained
     scalars.update(self.episodes.drain())
     scalars["perf/env_steps_per_s"] = steps_per_s
+    scalars["perf/updates_per_s"] = (
+        learner_steps - last.get("learner_steps", learner_steps)) / dt
+    env_steps = self.env_steps - last["env_steps"]
+    if env_steps > 0:
+      scalars["perf/samples_per_env_step"] = samples / env_steps
     scalars["perf/env_steps"] = self.env_steps
     if batches:
       scalars["perf/inference_batch_size"] = (
@@ -347,7 +359,7 @@ class Learner:
       scalars["perf/act_ms"] = 1e3 * (self._act_seconds - last["act"]) / batches
     if self._writer:
       self._writer.write(learner_steps, scalars)
-    extra = {k: scalars[k] for k in ("perf/policy_lag", "loss/total")
+    extra = {k: scalars[k] for k in metrics_lib.CONSOLE_METRICS
              if k in scalars}
     metrics_lib.log(metrics_lib.progress_line(
         now - self._start, learner_steps, self.env_steps, steps_per_s,
@@ -361,7 +373,8 @@ class Learner:
     self._last = {"env_steps": self.env_steps,
                   "batches": self._batcher.batches_run,
                   "envs": self._batcher.envs_served,
-                  "act": self._act_seconds, "infer": self._infer_seconds}
+                  "act": self._act_seconds, "infer": self._infer_seconds,
+                  "samples": last_samples, "learner_steps": learner_steps}
 
   def shutdown(self, trainer: Optional[threading.Thread] = None) -> None:
     """Stops inference and training, then writes a final checkpoint."""

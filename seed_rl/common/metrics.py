@@ -11,6 +11,16 @@ from typing import Dict, List, Mapping, Optional
 import numpy as np
 
 
+# Shown on the console progress line when present (see docs/METRICS.md):
+# entropy and explained variance say within a minute whether a run moves.
+CONSOLE_METRICS = ("policy/entropy", "value/explained_variance",
+                   "q/mean", "loss/total", "grad/norm", "perf/updates_per_s",
+                   "perf/policy_lag")
+_SHORT = {"policy/entropy": "entropy", "value/explained_variance": "ev",
+          "q/mean": "q", "loss/total": "loss", "grad/norm": "gnorm",
+          "perf/updates_per_s": "upd/s", "perf/policy_lag": "lag"}
+
+
 class EpisodeTracker:
   """Returns and lengths of finished episodes (thread-safe).
 
@@ -98,7 +108,8 @@ def progress_line(elapsed_s: float, learner_steps: int, env_steps: int,
   parts = [f"[learner {elapsed_s:6.0f}s]", f"step {learner_steps:7d}",
            f"env steps {env_steps:10,d} ({env_steps_per_s:7,.0f}/s)",
            f"return(last100) {ret}", f"episodes {episodes:6d}"]
-  parts += [f"{k.split('/')[-1]} {v:.3g}" for k, v in extra.items()]
+  parts += [f"{_SHORT.get(k, k.split('/')[-1])} {v:.3g}"
+            for k, v in extra.items()]
   return " | ".join(parts)
 
 

@@ -1,23 +1,56 @@
-"""Optimizer, learning-rate schedule and step-counter factories for agents."""
+"""Optimizers, learning-rate schedules and the learner step counter.
+
+`Optimizer` applies Adam or RMSProp with TensorFlow's fused C++ kernels
+(`ResourceApplyAdam`, `ResourceApplyRMSProp`) after a global-norm clip. On a
+CPU learner the per-update cost matters as much as the per-frame cost: for
+the Nature CNN's 1.7M parameters Keras 3's optimizers cost ~13-17 ms of CPU
+per update against ~7 ms here (clip included), i.e. 10-20% of an A2C-sized
+Atari update (benchmarks/RESULTS.md, "Optimizer step").
+
+Update rules (g = the clipped gradient, t = 1, 2, ...):
+  RMSProp (TF1 / IMPALA / Keras 3: epsilon inside the square root; the mean
+  square starts at 0):
+      ms <- rho ms + (1 - rho) g^2
+      mom <- momentum mom + lr g / sqrt(ms + epsilon)
+      theta <- theta - mom
+  Adam (Kingma & Ba 2015 with epsilon outside the square root, as Keras):
+      m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+      theta <- theta - lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + epsilon)
+
+Losses averaged over N = T x B samples have gradients N times smaller than
+the summed losses of IMPALA and torchbeast; RMSProp gives the same update for
+both when epsilon is scaled by 1 / N^2 (see `summed_loss_epsilon`).
+"""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 
-import keras
 import tensorflow as tf
 
 _OPTIMIZERS = ("adam", "rmsprop")
 
+LearningRate = Union[float, Callable[[tf.Tensor], tf.Tensor]]
 
-def learning_rate_schedule(
-    learning_rate: float,
-    decay_steps: Optional[int] = None,
-    final_learning_rate: float = 0.0
-) -> Union[float, keras.optimizers.schedules.LearningRateSchedule]:
+
+def linear_schedule(initial: float, decay_steps: int, final: float = 0.0
+                   ) -> Callable[[tf.Tensor], tf.Tensor]:
+  """step -> initial + (final - initial) * min(step / decay_steps, 1)."""
+  initial, final = float(initial), float(final)
+
+  def schedule(step):
+    frac = tf.minimum(tf.cast(step, tf.float32) / float(decay_steps), 1.0)
+    return initial + (final - initial) * frac
+
+  return schedule
+
+
+def learning_rate_schedule(learning_rate: float,
+                           decay_steps: Optional[int] = None,
+                           final_learning_rate: float = 0.0) -> LearningRate:
   """Constant, or linear decay to `final_learning_rate` over `decay_steps`.
 
-  The schedule is driven by the optimizer's own iteration counter, which is
+  The schedule is driven by the optimizer's update counter, which is
   checkpointed with the optimizer, so a restored run resumes mid-schedule.
   """
   if not learning_rate > 0:
@@ -30,54 +63,131 @@ def learning_rate_schedule(
   if not 0 <= final_learning_rate <= learning_rate:
     raise ValueError(f"final_learning_rate must be in [0, learning_rate="
                      f"{learning_rate}], got {final_learning_rate}")
-  return keras.optimizers.schedules.PolynomialDecay(
-      initial_learning_rate=float(learning_rate),
-      decay_steps=int(decay_steps),
-      end_learning_rate=float(final_learning_rate),
-      power=1.0)
+  return linear_schedule(learning_rate, decay_steps, final_learning_rate)
+
+
+def summed_loss_epsilon(epsilon: float, samples_per_loss: int) -> float:
+  """RMSProp epsilon that makes a mean-reduced loss step like a summed one.
+
+  With g_mean = g_sum / N: lr g_mean / sqrt((1-rho) g_mean^2 + eps / N^2)
+  = lr g_sum / sqrt((1-rho) g_sum^2 + eps), exactly (and likewise for every
+  later step, since ms scales by 1 / N^2 too).
+  """
+  return float(epsilon) / float(samples_per_loss) ** 2
+
+
+def _tf_variable(variable) -> tf.Variable:
+  """The tf.Variable behind a Keras 3 variable (or the variable itself)."""
+  if isinstance(variable, tf.Variable):
+    return variable
+  inner = getattr(variable, "_value", None)
+  if isinstance(inner, tf.Variable):
+    return inner
+  raise TypeError(f"cannot optimise {variable!r}: not a tf.Variable or a "
+                  "Keras 3 variable on the TensorFlow backend")
+
+
+class Optimizer(tf.Module):
+  """Adam or RMSProp on fused kernels, with a global-norm gradient clip.
+
+  Attributes:
+    iterations: int64 updates applied (checkpointed; drives the schedule).
+    learning_rate: float32 variable holding the rate of the latest update
+      (assignable when the rate is constant, as PPO's annealing does).
+  """
+
+  def __init__(self, name: str, learning_rate: LearningRate,
+               variables: Sequence[tf.Variable], epsilon: float = 1e-7,
+               max_grad_norm: Optional[float] = None,
+               rmsprop_decay: float = 0.99, momentum: float = 0.0,
+               beta_1: float = 0.9, beta_2: float = 0.999):
+    super().__init__(name=f"{name}_optimizer")
+    if name not in _OPTIMIZERS:
+      raise ValueError(f"optimizer {name!r} is unknown; allowed: "
+                       f"{', '.join(_OPTIMIZERS)}")
+    if not epsilon > 0:
+      raise ValueError(f"optimizer epsilon must be > 0, got {epsilon}")
+    if max_grad_norm is not None and max_grad_norm < 0:
+      raise ValueError(f"max_grad_norm must be >= 0 (0 or None disables "
+                       f"clipping), got {max_grad_norm}")
+    self.kind = name
+    self._schedule = learning_rate if callable(learning_rate) else None
+    initial = (float(learning_rate) if self._schedule is None
+               else float(self._schedule(tf.constant(0, tf.int64))))
+    self.learning_rate = tf.Variable(initial, dtype=tf.float32,
+                                     trainable=False, name="learning_rate")
+    self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                  name="iterations")
+    self.epsilon = float(epsilon)
+    self.max_grad_norm = float(max_grad_norm) if max_grad_norm else None
+    self.rmsprop_decay, self.momentum = float(rmsprop_decay), float(momentum)
+    self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
+    variables = [_tf_variable(v) for v in variables]
+    self._refs = [v.ref() for v in variables]
+    zeros = lambda v, slot: tf.Variable(tf.zeros_like(v), trainable=False,
+                                        name=f"{slot}_{i}")
+    # Lists of variables on a tf.Module are tracked by tf.train.Checkpoint.
+    self.slot_a, self.slot_b = [], []
+    for i, v in enumerate(variables):
+      self.slot_a.append(zeros(v, "m" if name == "adam" else "ms"))
+      self.slot_b.append(zeros(v, "v" if name == "adam" else "mom"))
+
+  @property
+  def slots(self) -> Tuple[tf.Variable, ...]:
+    return tuple(self.slot_a) + tuple(self.slot_b)
+
+  def apply_gradients(self, grads_and_vars: Iterable[Tuple[tf.Tensor,
+                                                           tf.Variable]]
+                     ) -> tf.Tensor:
+    """Clips, then applies one update; returns the global norm before clip."""
+    pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+    if not pairs:
+      raise ValueError("apply_gradients got no gradients (all None)")
+    grads, variables = zip(*pairs)
+    variables = [_tf_variable(v) for v in variables]
+    index = {ref: i for i, ref in enumerate(self._refs)}
+    slots = [index[v.ref()] for v in variables]
+    norm = tf.linalg.global_norm(grads)
+    if self.max_grad_norm:
+      grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm,
+                                        use_norm=norm)
+    step = self.iterations.assign_add(1)
+    if self._schedule is not None:
+      self.learning_rate.assign(self._schedule(step - 1))
+    lr = tf.convert_to_tensor(self.learning_rate)
+    if self.kind == "adam":
+      t = tf.cast(step, tf.float32)
+      b1_power, b2_power = self.beta_1 ** t, self.beta_2 ** t
+      for g, v, i in zip(grads, variables, slots):
+        tf.raw_ops.ResourceApplyAdam(
+            var=v.handle, m=self.slot_a[i].handle, v=self.slot_b[i].handle,
+            beta1_power=b1_power, beta2_power=b2_power, lr=lr,
+            beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon,
+            grad=tf.cast(g, v.dtype))
+    else:
+      for g, v, i in zip(grads, variables, slots):
+        tf.raw_ops.ResourceApplyRMSProp(
+            var=v.handle, ms=self.slot_a[i].handle, mom=self.slot_b[i].handle,
+            lr=lr, rho=self.rmsprop_decay, momentum=self.momentum,
+            epsilon=self.epsilon, grad=tf.cast(g, v.dtype))
+    return norm
 
 
 def make_optimizer(name: str,
-                   learning_rate,
+                   learning_rate: LearningRate,
                    epsilon: float = 1e-7,
                    max_grad_norm: Optional[float] = None,
                    rmsprop_decay: float = 0.99,
                    momentum: float = 0.0,
                    variables: Optional[Sequence[tf.Variable]] = None
-                  ) -> keras.optimizers.Optimizer:
-  """Builds a Keras 3 optimizer.
-
-  Args:
-    name: 'adam' or 'rmsprop'.
-    learning_rate: float or LearningRateSchedule.
-    epsilon: numerical-stability term of the second-moment denominator.
-    max_grad_norm: clip gradients by global norm; None or 0 disables.
-    rmsprop_decay: RMSProp's rho (IMPALA used 0.99).
-    momentum: RMSProp momentum.
-    variables: when given, the optimizer's slots are created for them now,
-      so a checkpoint restores into it before the first training step.
-  """
-  if not epsilon > 0:
-    raise ValueError(f"optimizer epsilon must be > 0, got {epsilon}")
-  if max_grad_norm is not None and max_grad_norm < 0:
-    raise ValueError(f"max_grad_norm must be >= 0 (0 or None disables "
-                     f"clipping), got {max_grad_norm}")
-  clipnorm = float(max_grad_norm) if max_grad_norm else None
-  if name == "adam":
-    optimizer = keras.optimizers.Adam(learning_rate=learning_rate,
-                                      epsilon=epsilon,
-                                      global_clipnorm=clipnorm)
-  elif name == "rmsprop":
-    optimizer = keras.optimizers.RMSprop(learning_rate=learning_rate,
-                                         rho=rmsprop_decay, momentum=momentum,
-                                         epsilon=epsilon,
-                                         global_clipnorm=clipnorm)
-  else:
-    raise ValueError(f"optimizer {name!r} is unknown; allowed: "
-                     f"{', '.join(_OPTIMIZERS)}")
-  if variables is not None:
-    optimizer.build(variables)
-  return optimizer
+                  ) -> Optimizer:
+  """Builds an `Optimizer` for `variables` (required: slots are made now,
+  so a checkpoint restores into it before the first training step)."""
+  if variables is None:
+    raise ValueError("make_optimizer needs the variables it will train")
+  return Optimizer(name, learning_rate, list(variables), epsilon=epsilon,
+                   max_grad_norm=max_grad_norm, rmsprop_decay=rmsprop_decay,
+                   momentum=momentum)
 
 
 def learner_step_counter() -> tf.Variable:

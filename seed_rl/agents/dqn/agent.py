@@ -20,6 +20,7 @@ from seed_rl.agents.dqn import networks
 from seed_rl.agents.dqn import targets as targets_lib
 from seed_rl.agents.dqn.config import DQNConfig
 from seed_rl.common import agent_api
+from seed_rl.common import diagnostics
 from seed_rl.common import optimizers
 from seed_rl.common import replay as replay_lib
 from seed_rl.common import value_rescaling
@@ -189,12 +190,13 @@ class DQNAgent(Agent):
     if (step + 1) % cfg.target_update_period == 0:
       self._sync_target()
     result = {name: float(value) for name, value in metrics.items()}
+    result[agent_api.SAMPLES_METRIC] = float(cfg.batch_size)
     result.update(self._limiter.metrics())
     result.update({
         "replay/size": float(len(self._replay)),
         "replay/beta": beta,
         "replay/priority_max": self._replay.max_priority,
-        "dqn/epsilon": self.epsilon(step),
+        "policy/epsilon": self.epsilon(step),
         # With replay this is the age of the sampled data in learner steps
         # (about replay_capacity / 2 / env steps per learner step when full).
         "perf/policy_lag": agent_api.policy_lag(step,
@@ -278,16 +280,18 @@ class DQNAgent(Agent):
           per_item = 0.5 * td_error ** 2
         loss = tf.reduce_mean(weights * per_item)
       gradients = tape.gradient(loss, variables)
+      metrics = diagnostics.gradient_norms(gradients, variables)
       optimizer.apply_gradients(zip(gradients, variables))
       step_counter.assign_add(1)
-      metrics = {
+      metrics.update({
           "loss/td": loss,
-          "loss/abs_td_error": tf.reduce_mean(abs_td),
-          "loss/grad_norm": tf.linalg.global_norm(gradients),
-          "dqn/q_taken": tf.reduce_mean(q_taken),
-          "dqn/target": tf.reduce_mean(target_value),
+          "loss/total": loss,
+          "q/mean": tf.reduce_mean(q_taken),
+          "q/target_mean": tf.reduce_mean(target_value),
+          "q/td_error": tf.reduce_mean(abs_td),
           "replay/importance_weight_mean": tf.reduce_mean(weights),
-      }
+          "opt/learning_rate": tf.convert_to_tensor(optimizer.learning_rate),
+      })
       return td_error, metrics
 
     return train_fn

@@ -212,7 +212,8 @@ class PPOAgent(Agent):
     self._step_counter.assign_add(1)
     result.update({
         "perf/policy_lag": policy_lag,
-        "ppo/learning_rate": learning_rate,
+        "opt/learning_rate": learning_rate,
+        agent_api.SAMPLES_METRIC: float(t * b) * result["ppo/epochs"],
         "ppo/clip_ratio": clip_ratio,
     })
     if self._reward_scaler is not None:

@@ -168,10 +168,10 @@ def ppo_loss(log_prob: tf.Tensor,
       "loss/policy": policy_loss,
       "loss/value": v_loss,
       "loss/entropy": entropy_loss,
-      "ppo/entropy": tf.stop_gradient(mean_entropy),
-      "ppo/approx_kl": tf.reduce_mean(
+      "policy/entropy": tf.stop_gradient(mean_entropy),
+      "policy/approx_kl": tf.reduce_mean(
           (ratio_ng - 1.0) - tf.stop_gradient(log_ratio)),
-      "ppo/clip_fraction": tf.reduce_mean(
+      "policy/clip_fraction": tf.reduce_mean(
           tf.cast(tf.abs(ratio_ng - 1.0) > clip_ratio, tf.float32)),
       "ppo/kl_coef": tf.cast(kl_coef, tf.float32),
   }

@@ -15,13 +15,15 @@ import tensorflow as tf
 from seed_rl.agents.ppo import gae as gae_lib
 from seed_rl.agents.ppo import loss as loss_lib
 from seed_rl.agents.ppo.config import PPOConfig
+from seed_rl.common import diagnostics
 from seed_rl.common import distributions
 
 # Metrics of one minibatch step (loss_lib.ppo_loss's plus grad and KL norms),
 # averaged over the steps of an update.
 _STEP_METRICS = ("loss/total", "loss/policy", "loss/value", "loss/entropy",
-                 "ppo/entropy", "ppo/approx_kl", "ppo/clip_fraction",
-                 "ppo/kl_coef", "ppo/grad_norm", "ppo/update_kl")
+                 "policy/entropy", "policy/approx_kl", "policy/clip_fraction",
+                 "ppo/kl_coef", "grad/norm", "grad/norm_torso",
+                 "grad/norm_head", "ppo/update_kl")
 
 
 class PPOUpdate:
@@ -108,7 +110,7 @@ class PPOUpdate:
           value_cost=cfg.value_cost,
           normalize_advantage=cfg.normalize_advantages)
     gradients = tape.gradient(total, variables)
-    metrics["ppo/grad_norm"] = tf.linalg.global_norm(gradients)
+    metrics.update(diagnostics.gradient_norms(gradients, variables))
     # The KL from the start of the update, before this step (drives early
     # stopping; the same estimator as ppo/approx_kl).
     log_ratio = tf.stop_gradient(log_prob) - prox_log_prob
@@ -142,8 +144,7 @@ class PPOUpdate:
       old_values, prox_params = flat(values), flat(prox_params)
       prox_log_prob = flat(prox_log_prob)
       advantages, returns = flat(advantages), flat(returns)
-      explained_variance = 1.0 - (tf.math.reduce_variance(returns - old_values)
-                                  / tf.math.reduce_variance(returns))
+      explained_variance = diagnostics.explained_variance(old_values, returns)
       n = tf.shape(obs_flat)[0]
 
       names = _STEP_METRICS
@@ -176,11 +177,11 @@ class PPOUpdate:
       means = sums / tf.cast(count, tf.float32)
       out = {name: means[i] for i, name in enumerate(names)}
       out.update({
-          "ppo/explained_variance": explained_variance,
+          "value/explained_variance": explained_variance,
           "ppo/epochs": tf.cast(count, tf.float32) / num_minibatches,
           "ppo/early_stopped": tf.cast(stopped, tf.float32),
-          "ppo/advantage_mean": tf.reduce_mean(advantages),
-          "ppo/return_mean": tf.reduce_mean(returns),
+          **diagnostics.advantage_stats(advantages),
+          "value/target_mean": tf.reduce_mean(returns),
       })
       if cfg.loss == "kl_penalty":
         params, _ = self._network(self._preprocess(obs_flat))

@@ -24,6 +24,7 @@ from seed_rl.agents.r2d2 import networks
 from seed_rl.agents.r2d2 import targets as targets_lib
 from seed_rl.agents.r2d2.config import R2D2Config
 from seed_rl.common import agent_api
+from seed_rl.common import diagnostics
 from seed_rl.common import optimizers
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.replay import PrioritizedReplay, RateLimiter
@@ -216,12 +217,15 @@ class R2D2Agent(Agent):
         "loss/total": float(loss),
         "replay/size": float(len(self._replay)),
         "replay/mean_priority": float(np.mean(priorities)),
-        "replay/importance_sampling_exponent": beta,
+        "replay/beta": beta,
         "replay/dropped_sequences": float(self._dropped_sequences),
         "perf/policy_lag": agent_api.policy_lag(step,
                                                 items["policy_version"]),
     })
     result.update(self._limiter.metrics())
+    # Transitions trained on: the learning part of each sequence.
+    result[agent_api.SAMPLES_METRIC] = float(
+        cfg.batch_size * (self.unroll_length + 1 - cfg.burn_in))
     return result
 
   def checkpoint_objects(self) -> Dict[str, Any]:
@@ -309,8 +313,10 @@ class R2D2Agent(Agent):
             n_step=cfg.n_step, discount=cfg.discount, eta=cfg.priority_eta,
             rescaling_epsilon=cfg.value_rescaling_epsilon)
       gradients = tape.gradient(loss, variables)
-      metrics["loss/grad_norm"] = tf.linalg.global_norm(gradients)
+      metrics.update(diagnostics.gradient_norms(gradients, variables))
       optimizer.apply_gradients(zip(gradients, variables))
+      metrics["opt/learning_rate"] = tf.convert_to_tensor(
+          optimizer.learning_rate)
       step_counter.assign_add(1)
       return loss, priorities, metrics
 

@@ -87,6 +87,7 @@ def r2d2_loss(online: R2D2Network, target: R2D2Network, seq: Sequences,
   priorities = targets_lib.sequence_priorities(tf.abs(td), eta)
   per_sequence = 0.5 * tf.reduce_sum(tf.square(td), axis=0)
   loss = tf.reduce_mean(importance_weights * per_sequence)
-  metrics = {"r2d2/mean_q": tf.reduce_mean(q_taken),
-             "r2d2/mean_abs_td": tf.reduce_mean(tf.abs(td))}
+  metrics = {"q/mean": tf.reduce_mean(q_taken),
+             "q/target_mean": tf.reduce_mean(y),
+             "q/td_error": tf.reduce_mean(tf.abs(td))}
   return loss, priorities, metrics

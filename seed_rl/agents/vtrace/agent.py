@@ -11,6 +11,7 @@ from seed_rl.agents.vtrace import loss as loss_lib
 from seed_rl.agents.vtrace import networks
 from seed_rl.agents.vtrace.config import VtraceConfig
 from seed_rl.common import agent_api
+from seed_rl.common import diagnostics
 from seed_rl.common import distributions
 from seed_rl.common import optimizers
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
@@ -130,6 +131,8 @@ class VtraceAgent(Agent):
         tuple(np.asarray(s, np.float32) for s in batch.core_state))
     result = {name: float(value) for name, value in metrics.items()}
     result["perf/policy_lag"] = policy_lag
+    result[agent_api.SAMPLES_METRIC] = float(
+        self.config.unroll_length * self.config.batch_size)
     return result
 
   def checkpoint_objects(self) -> Dict[str, Any]:
@@ -211,10 +214,10 @@ class VtraceAgent(Agent):
             clip_c_threshold=cfg.clip_c_threshold,
             clip_pg_rho_threshold=cfg.clip_pg_rho_threshold)
       gradients = tape.gradient(total, variables)
-      metrics["loss/grad_norm"] = tf.linalg.global_norm(gradients)
-      metrics["perf/learning_rate"] = tf.convert_to_tensor(
-          optimizer.learning_rate, tf.float32)
+      metrics.update(diagnostics.gradient_norms(gradients, variables))
       optimizer.apply_gradients(zip(gradients, variables))
+      metrics["opt/learning_rate"] = tf.convert_to_tensor(
+          optimizer.learning_rate)
       step_counter.assign_add(1)
       return metrics
 

@@ -13,6 +13,7 @@ from typing import Dict, Tuple
 import tensorflow as tf
 
 from seed_rl.agents.vtrace import vtrace
+from seed_rl.common import diagnostics
 
 
 def transition_inputs(baseline: tf.Tensor, terminated: tf.Tensor,
@@ -95,8 +96,9 @@ def impala_loss(distribution,
     clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: V-trace clips.
 
   Returns:
-    total loss (scalar) and a dict of scalar metrics; 'loss/total' is the sum
-    of 'loss/policy', 'loss/baseline' and 'loss/entropy' (weighted terms).
+    total loss (scalar) and a dict of scalar metrics (docs/METRICS.md);
+    'loss/total' is the sum of 'loss/policy', 'loss/value' and
+    'loss/entropy' (weighted terms).
   """
   params_t = policy_params[:-1]
   action_t = action[:-1]
@@ -129,15 +131,17 @@ def impala_loss(distribution,
   rhos = tf.exp(log_rhos)
   metrics = {
       "loss/policy": policy_loss,
-      "loss/baseline": baseline_loss,
+      "loss/value": baseline_loss,
       "loss/entropy": entropy_loss,
       "loss/total": total,
       "policy/entropy": entropy,
-      "vtrace/mean_rho": tf.reduce_mean(rhos),
-      "vtrace/clipped_rho_fraction": tf.reduce_mean(
+      "vtrace/rho_mean": tf.reduce_mean(rhos),
+      "vtrace/rho_clipped_fraction": tf.reduce_mean(
           tf.cast(rhos > clip_rho_threshold, tf.float32)),
-      "vtrace/mean_vs": tf.reduce_mean(vs),
-      "vtrace/mean_pg_advantage": tf.reduce_mean(pg_advantages),
-      "vtrace/mean_value": tf.reduce_mean(values),
+      "value/mean": tf.reduce_mean(values),
+      "value/target_mean": tf.reduce_mean(vs),
+      "value/explained_variance": diagnostics.explained_variance(
+          tf.stop_gradient(values), vs),
+      **diagnostics.advantage_stats(pg_advantages),
   }
   return total, metrics

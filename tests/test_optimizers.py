@@ -1,0 +1,120 @@
+"""Optimizer updates against the update rules written out in NumPy."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from seed_rl.common import optimizers
+
+
+def _rmsprop_reference(theta, grads, lr, rho, eps, momentum=0.0):
+  ms, mom = np.zeros_like(theta), np.zeros_like(theta)
+  for g in grads:
+    ms = rho * ms + (1 - rho) * g * g
+    mom = momentum * mom + lr * g / np.sqrt(ms + eps)
+    theta = theta - mom
+  return theta
+
+
+def _adam_reference(theta, grads, lr, b1, b2, eps):
+  m, v = np.zeros_like(theta), np.zeros_like(theta)
+  for t, g in enumerate(grads, start=1):
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    theta = theta - lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (
+        np.sqrt(v) + eps)
+  return theta
+
+
+def _run(opt_name, grads, **kw):
+  var = tf.Variable(np.array([0.5, -1.0, 2.0], np.float32))
+  opt = optimizers.make_optimizer(opt_name, variables=[var], **kw)
+  for g in grads:
+    opt.apply_gradients([(tf.constant(g), var)])
+  return var.numpy(), opt
+
+
+GRADS = [np.array([0.3, -2.0, 1e-3], np.float32),
+         np.array([-0.1, 0.5, 4.0], np.float32),
+         np.array([0.2, 0.2, -0.7], np.float32)]
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_rmsprop_matches_the_paper_rule(momentum):
+  # IMPALA's RMSProp: decay 0.99, epsilon 0.01 inside the square root.
+  got, _ = _run("rmsprop", GRADS, learning_rate=6e-4, epsilon=0.01,
+                rmsprop_decay=0.99, momentum=momentum)
+  want = _rmsprop_reference(np.array([0.5, -1.0, 2.0]), GRADS, 6e-4, 0.99,
+                            0.01, momentum)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_one_rmsprop_step_on_a_known_gradient():
+  got, _ = _run("rmsprop", GRADS[:1], learning_rate=0.1, epsilon=0.01,
+                rmsprop_decay=0.99)
+  g = GRADS[0].astype(np.float64)
+  want = np.array([0.5, -1.0, 2.0]) - 0.1 * g / np.sqrt(0.01 * g * g + 0.01)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_adam_matches_the_reference():
+  got, _ = _run("adam", GRADS, learning_rate=1e-2, epsilon=1e-5)
+  want = _adam_reference(np.array([0.5, -1.0, 2.0]), GRADS, 1e-2, 0.9,
+                         0.999, 1e-5)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_mean_loss_with_scaled_epsilon_steps_like_the_summed_loss():
+  n = 640  # 32 unrolls x 20 steps, IMPALA's batch
+  summed, _ = _run("rmsprop", GRADS, learning_rate=6e-4, epsilon=0.01)
+  mean, _ = _run("rmsprop", [g / n for g in GRADS], learning_rate=6e-4,
+                 epsilon=optimizers.summed_loss_epsilon(0.01, n))
+  np.testing.assert_allclose(mean, summed, rtol=1e-4)
+  # Without the scaling the mean loss's steps are far smaller.
+  unscaled, _ = _run("rmsprop", [g / n for g in GRADS], learning_rate=6e-4,
+                     epsilon=0.01)
+  start = np.array([0.5, -1.0, 2.0])
+  assert np.all(np.abs(unscaled - start) < 0.05 * np.abs(summed - start))
+
+
+def test_clipping_scales_by_the_global_norm_and_reports_it():
+  var = tf.Variable(np.zeros(2, np.float32))
+  opt = optimizers.make_optimizer("rmsprop", learning_rate=1.0, epsilon=1.0,
+                                  rmsprop_decay=0.0, max_grad_norm=1.0,
+                                  variables=[var])
+  norm = opt.apply_gradients([(tf.constant([3.0, 4.0]), var)])
+  assert float(norm) == pytest.approx(5.0)
+  g = np.array([0.6, 0.8])  # clipped to norm 1
+  np.testing.assert_allclose(var.numpy(), -g / np.sqrt(g * g + 1.0),
+                             rtol=1e-5)
+
+
+def test_linear_schedule_follows_the_update_counter():
+  _, opt = _run("adam", GRADS, learning_rate=optimizers.learning_rate_schedule(
+      1.0, decay_steps=4), epsilon=1e-5)
+  # The third update used step 2 of 4: 1 - 2/4.
+  assert float(opt.learning_rate.numpy()) == pytest.approx(0.5)
+  assert int(opt.iterations.numpy()) == 3
+
+
+def test_slots_and_counter_checkpoint(tmp_path):
+  _, opt = _run("rmsprop", GRADS, learning_rate=1e-3, epsilon=1e-5)
+  path = tf.train.Checkpoint(optimizer=opt).save(str(tmp_path / "ckpt"))
+  var = tf.Variable(np.zeros(3, np.float32))
+  fresh = optimizers.make_optimizer("rmsprop", 1e-3, variables=[var])
+  tf.train.Checkpoint(optimizer=fresh).restore(path).assert_consumed()
+  assert int(fresh.iterations.numpy()) == 3
+  for a, b in zip(opt.slots, fresh.slots):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(name="sgd"), "unknown; allowed: adam, rmsprop"),
+    (dict(epsilon=0.0), "epsilon must be > 0"),
+    (dict(max_grad_norm=-1.0), "max_grad_norm must be >= 0"),
+])
+def test_bad_settings_are_named(kwargs, match):
+  args = dict(name="adam", learning_rate=1e-3, variables=[tf.Variable(1.0)])
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    optimizers.make_optimizer(**args)
