@@ -89,6 +89,27 @@ def test_clipping_scales_by_the_global_norm_and_reports_it():
                              rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["adam", "rmsprop"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nonfinite_gradient_skips_the_update(name, bad):
+  var = tf.Variable(np.array([1.0, 2.0], np.float32))
+  opt = optimizers.make_optimizer(name, 1e-2, variables=[var],
+                                  max_grad_norm=1.0)
+  opt.apply_gradients([(tf.constant([0.5, -0.5]), var)])
+  before = var.numpy().copy()
+  slots = [s.numpy().copy() for s in opt.slots]
+  step = tf.function(lambda g: opt.apply_gradients([(g, var)]))
+  norm = step(tf.constant([bad, 1.0], tf.float32))
+  assert not np.isfinite(float(norm))
+  np.testing.assert_array_equal(var.numpy(), before)
+  for a, b in zip(slots, opt.slots):
+    np.testing.assert_array_equal(a, b.numpy())
+  assert int(opt.nonfinite_updates.numpy()) == 1
+  assert int(opt.iterations.numpy()) == 1
+  step(tf.constant([0.5, 0.5]))  # training goes on afterwards
+  assert np.all(np.isfinite(var.numpy())) and int(opt.iterations.numpy()) == 2
+
+
 def test_linear_schedule_follows_the_update_counter():
   _, opt = _run("adam", GRADS, learning_rate=optimizers.learning_rate_schedule(
       1.0, decay_steps=4), epsilon=1e-5)

@@ -1,17 +1,39 @@
 """Checkpoints: periodic, on shutdown, resumed automatically from the logdir.
 
-tf.train.CheckpointManager writes each checkpoint's files under temporary
-names and renames them, then rewrites the `checkpoint` index atomically, so a
-crash mid-save leaves the previous checkpoint as the latest: a checkpoint is
-never half-written from the reader's point of view.
+Durable and never half-read:
+  - TensorFlow writes a checkpoint's files under a temporary directory and
+    renames them into place; we then fsync every file and the directory, and
+    only after that point the `checkpoint` index at the new checkpoint (an
+    atomic rename, fsynced too). A crash or power loss at any moment leaves
+    the previous checkpoint as the latest.
+  - On restore, a latest checkpoint that cannot be read (truncated, missing
+    files) is skipped with a warning and the next older one is used.
+  - A failed save (full disk, I/O error) warns, removes what it wrote and
+    returns None; training goes on and the next interval tries again.
+  - Temporary files left by a save that was killed are removed on start.
 """
 
 from __future__ import annotations
 
+import glob
+import logging
 import os
-from typing import Any, Dict, Optional
+import re
+import shutil
+from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
+
+_PREFIX = "ckpt"
+_NUMBER = re.compile(rf"{_PREFIX}-(\d+)$")
+
+
+def _fsync(path: str) -> None:
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
 
 
 class Checkpointer:
@@ -25,29 +47,105 @@ class Checkpointer:
 
   def __init__(self, directory: str, objects: Dict[str, Any],
                max_to_keep: int = 3):
+    if max_to_keep < 1:
+      raise ValueError(f"max_to_keep must be >= 1, got {max_to_keep}")
     self.directory = directory
+    self.max_to_keep = max_to_keep
     self._env_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
     self._checkpoint = tf.train.Checkpoint(env_steps=self._env_steps,
                                            **objects)
-    self._manager = tf.train.CheckpointManager(self._checkpoint, directory,
-                                               max_to_keep=max_to_keep)
+    # Created now so that write() stores it, as CheckpointManager.save did
+    # (restoring checks that every existing object is matched).
+    _ = self._checkpoint.save_counter
+    self._remove_leftovers()
 
   @property
   def env_steps(self) -> int:
     return int(self._env_steps.numpy())
 
+  # ------------------------------------------------------------- reading --
+  def checkpoints(self) -> List[str]:
+    """Paths (prefixes) of the complete checkpoints, oldest first."""
+    state = tf.train.get_checkpoint_state(self.directory)
+    if state is None:
+      return []
+    paths = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
+      paths.append(state.model_checkpoint_path)
+    return [p if os.path.isabs(p) else os.path.join(self.directory, p)
+            for p in paths]
+
   def restore(self) -> Optional[str]:
-    """Restores the latest checkpoint if any; returns its path or None."""
-    path = self._manager.latest_checkpoint
-    if path is None:
+    """Restores the newest readable checkpoint; returns its path or None."""
+    for path in reversed(self.checkpoints()):
+      try:
+        status = self._checkpoint.restore(path)
+      except (tf.errors.OpError, ValueError, IndexError, OSError) as e:
+        logging.warning("checkpoint %s cannot be read (%s); trying the "
+                        "previous one", path, str(e).splitlines()[0])
+        continue
+      # Objects missing from the checkpoint would silently start from
+      # scratch: refuse instead (e.g. a logdir written by another agent).
+      status.assert_existing_objects_matched()
+      return path
+    return None
+
+  # ------------------------------------------------------------- writing --
+  def save(self, env_steps: int) -> Optional[str]:
+    """Writes a checkpoint durably; None (with a warning) if it failed."""
+    self._env_steps.assign(env_steps)
+    existing = self.checkpoints()
+    number = 1 + max([self._number(p) for p in existing], default=0)
+    prefix = os.path.join(self.directory, f"{_PREFIX}-{number}")
+    try:
+      os.makedirs(self.directory, exist_ok=True)
+      self._checkpoint.save_counter.assign(number)
+      path = self._checkpoint.write(prefix)
+      for name in glob.glob(glob.escape(path) + ".*"):
+        _fsync(name)
+      _fsync(self.directory)
+      keep = (existing + [path])[-self.max_to_keep:]
+      tf.compat.v1.train.update_checkpoint_state(
+          self.directory, path, all_model_checkpoint_paths=keep)
+      _fsync(os.path.join(self.directory, "checkpoint"))
+      _fsync(self.directory)
+    except (OSError, tf.errors.OpError) as e:
+      logging.warning("checkpoint save to %s failed (%s); training goes on "
+                      "and the next save retries", prefix,
+                      str(e).splitlines()[0] if str(e) else type(e).__name__)
+      self._delete(prefix)
+      self._remove_leftovers()
       return None
-    status = self._checkpoint.restore(path)
-    # Objects missing from the checkpoint would silently start from scratch:
-    # refuse instead (e.g. a logdir written by a different agent).
-    status.assert_existing_objects_matched()
+    for old in existing:
+      if old not in keep:
+        self._delete(old)
     return path
 
-  def save(self, env_steps: int) -> str:
-    self._env_steps.assign(env_steps)
-    os.makedirs(self.directory, exist_ok=True)
-    return self._manager.save()
+  # ------------------------------------------------------------- helpers --
+  @staticmethod
+  def _number(path: str) -> int:
+    match = _NUMBER.search(path)
+    return int(match.group(1)) if match else 0
+
+  @staticmethod
+  def _delete(prefix: str) -> None:
+    for name in glob.glob(glob.escape(prefix) + ".*"):
+      try:
+        os.remove(name)
+      except OSError:
+        pass
+
+  def _remove_leftovers(self) -> None:
+    """Temporary directories and files of saves that never finished."""
+    if not os.path.isdir(self.directory):
+      return
+    for name in os.listdir(self.directory):
+      path = os.path.join(self.directory, name)
+      if "_temp" in name or ".tmp" in name:
+        if os.path.isdir(path):
+          shutil.rmtree(path, ignore_errors=True)
+        else:
+          try:
+            os.remove(path)
+          except OSError:
+            pass

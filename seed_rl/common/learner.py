@@ -383,7 +383,12 @@ class Learner:
     self._batcher.stop()
     if trainer is not None:
       trainer.join(timeout=60)
-    if self._train_error is None:
+    # The final save runs only once training has stopped (a save racing an
+    # update could mix weights of two steps).
+    if trainer is not None and trainer.is_alive():
+      metrics_lib.log("[learner] the training thread did not stop within "
+                      "60 s; skipping the final checkpoint")
+    elif self._train_error is None:
       self._save()
     if self._writer:
       self._writer.close()

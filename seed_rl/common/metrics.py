@@ -32,17 +32,20 @@ class EpisodeTracker:
     self.window = window
     self._lock = threading.Lock()
     self._recent = collections.deque(maxlen=window)
-    self._pending = collections.defaultdict(list)
+    # Running sums between drains (bounded memory whatever actors send).
+    self._sums = collections.defaultdict(float)
+    self._counts = collections.defaultdict(int)
     self.episodes = 0
 
   def add(self, returns: np.ndarray, lengths: np.ndarray, prefix: str) -> None:
     if returns.size == 0:
       return
     with self._lock:
-      self._pending[f"{prefix}/return"].extend(returns.tolist())
-      self._pending[f"{prefix}/length"].extend(lengths.tolist())
+      for name, values in (("return", returns), ("length", lengths)):
+        self._sums[f"{prefix}/{name}"] += float(np.sum(values, dtype=np.float64))
+        self._counts[f"{prefix}/{name}"] += int(values.size)
       if prefix == "episode":
-        self._recent.extend(returns.tolist())
+        self._recent.extend(returns[-self.window:].tolist())
         self.episodes += returns.size
 
   def recent_mean(self) -> Optional[float]:
@@ -58,8 +61,11 @@ class EpisodeTracker:
   def drain(self) -> Dict[str, float]:
     """Means of what was added since the last drain."""
     with self._lock:
-      pending, self._pending = self._pending, collections.defaultdict(list)
-    return {k: float(np.mean(v)) for k, v in pending.items()}
+      out = {k: self._sums[k] / self._counts[k] for k in self._sums
+             if self._counts[k]}
+      self._sums.clear()
+      self._counts.clear()
+    return out
 
 
 class ScalarAccumulator:

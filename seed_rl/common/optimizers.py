@@ -90,8 +90,14 @@ def _tf_variable(variable) -> tf.Variable:
 class Optimizer(tf.Module):
   """Adam or RMSProp on fused kernels, with a global-norm gradient clip.
 
+  An update whose gradient is not finite (NaN or inf anywhere, e.g. from a
+  huge reward) is skipped: the weights and slots keep their values and
+  `nonfinite_updates` counts it (agents report it as
+  errors/nonfinite_updates).
+
   Attributes:
     iterations: int64 updates applied (checkpointed; drives the schedule).
+    nonfinite_updates: int64 updates skipped for a non-finite gradient.
     learning_rate: float32 variable holding the rate of the latest update
       (assignable when the rate is constant, as PPO's annealing does).
   """
@@ -118,6 +124,8 @@ class Optimizer(tf.Module):
                                      trainable=False, name="learning_rate")
     self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False,
                                   name="iterations")
+    self.nonfinite_updates = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                         name="nonfinite_updates")
     self.epsilon = float(epsilon)
     self.max_grad_norm = float(max_grad_norm) if max_grad_norm else None
     self.rmsprop_decay, self.momentum = float(rmsprop_decay), float(momentum)
@@ -139,7 +147,10 @@ class Optimizer(tf.Module):
   def apply_gradients(self, grads_and_vars: Iterable[Tuple[tf.Tensor,
                                                            tf.Variable]]
                      ) -> tf.Tensor:
-    """Clips, then applies one update; returns the global norm before clip."""
+    """Clips, then applies one update; returns the global norm before clip.
+
+    A non-finite norm (some gradient is NaN or inf) skips the update.
+    """
     pairs = [(g, v) for g, v in grads_and_vars if g is not None]
     if not pairs:
       raise ValueError("apply_gradients got no gradients (all None)")
@@ -148,6 +159,19 @@ class Optimizer(tf.Module):
     index = {ref: i for i, ref in enumerate(self._refs)}
     slots = [index[v.ref()] for v in variables]
     norm = tf.linalg.global_norm(grads)
+    finite = tf.math.is_finite(norm)
+
+    def skip():
+      self.nonfinite_updates.assign_add(1)
+      return norm
+
+    def update():
+      self._apply(grads, variables, slots, norm)
+      return norm
+
+    return tf.cond(finite, update, skip)
+
+  def _apply(self, grads, variables, slots, norm) -> None:
     if self.max_grad_norm:
       grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm,
                                         use_norm=norm)
@@ -170,7 +194,6 @@ class Optimizer(tf.Module):
             var=v.handle, ms=self.slot_a[i].handle, mom=self.slot_b[i].handle,
             lr=lr, rho=self.rmsprop_decay, momentum=self.momentum,
             epsilon=self.epsilon, grad=tf.cast(g, v.dtype))
-    return norm
 
 
 def make_optimizer(name: str,

@@ -291,6 +291,8 @@ class DQNAgent(Agent):
           "q/td_error": tf.reduce_mean(abs_td),
           "replay/importance_weight_mean": tf.reduce_mean(weights),
           "opt/learning_rate": tf.convert_to_tensor(optimizer.learning_rate),
+          "errors/nonfinite_updates": tf.cast(optimizer.nonfinite_updates,
+                                              tf.float32),
       })
       return td_error, metrics
 

@@ -213,6 +213,8 @@ class PPOAgent(Agent):
     result.update({
         "perf/policy_lag": policy_lag,
         "opt/learning_rate": learning_rate,
+        "errors/nonfinite_updates": float(
+            self._optimizer.nonfinite_updates.numpy()),
         agent_api.SAMPLES_METRIC: float(t * b) * result["ppo/epochs"],
         "ppo/clip_ratio": clip_ratio,
     })

@@ -317,6 +317,8 @@ class R2D2Agent(Agent):
       optimizer.apply_gradients(zip(gradients, variables))
       metrics["opt/learning_rate"] = tf.convert_to_tensor(
           optimizer.learning_rate)
+      metrics["errors/nonfinite_updates"] = tf.cast(
+          optimizer.nonfinite_updates, tf.float32)
       step_counter.assign_add(1)
       return loss, priorities, metrics
 

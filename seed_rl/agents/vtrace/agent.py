@@ -71,6 +71,8 @@ class VtraceAgent(Agent):
         momentum=self.config.rmsprop_momentum,
         variables=self._network.trainable_variables)
     self._step_counter = optimizers.learner_step_counter()
+    self._shuffle_rng = np.random.default_rng(
+        int(self._generator.uniform_full_int([], tf.int64)) % 2**32)
     self._queue = UnrollQueue(self.config.queue_capacity,
                               self.config.batch_size)
     # Per-array core state shape after [B]; [] when feed-forward.
@@ -121,18 +123,37 @@ class VtraceAgent(Agent):
     policy_lag = agent_api.policy_lag(self._step_counter.numpy(),
                                       batch.policy_version)
 
+    cfg = self.config
     time_major = agent_api.time_major
-    metrics = self._train_fn(
+    # [T+1, B, ...] time-major arrays, then [B, ...] core states.
+    inputs = (
         time_major(batch.observation), time_major(batch.prev_action),
         time_major(batch.action), time_major(batch.reward, np.float32),
         time_major(batch.terminated), time_major(batch.truncated),
         time_major(batch.bootstrap_value, np.float32),
-        time_major(batch.extras[BEHAVIOUR_PARAMS], np.float32),
-        tuple(np.asarray(s, np.float32) for s in batch.core_state))
-    result = {name: float(value) for name, value in metrics.items()}
+        time_major(batch.extras[BEHAVIOUR_PARAMS], np.float32))
+    core_state = tuple(np.asarray(s, np.float32) for s in batch.core_state)
+    minibatch = cfg.batch_size // cfg.num_minibatches
+    sums: Dict[str, float] = {}
+    updates = 0
+    for _ in range(cfg.num_epochs):
+      order = (self._shuffle_rng.permutation(cfg.batch_size)
+               if cfg.num_minibatches > 1 else np.arange(cfg.batch_size))
+      for m in range(cfg.num_minibatches):
+        idx = order[m * minibatch:(m + 1) * minibatch]
+        if cfg.num_minibatches == 1:
+          args = inputs + (core_state,)
+        else:
+          args = tuple(x[:, idx] for x in inputs) + (
+              tuple(s[idx] for s in core_state),)
+        metrics = self._train_fn(*args)
+        for name, value in metrics.items():
+          sums[name] = sums.get(name, 0.0) + float(value)
+        updates += 1
+    result = {name: value / updates for name, value in sums.items()}
     result["perf/policy_lag"] = policy_lag
     result[agent_api.SAMPLES_METRIC] = float(
-        self.config.unroll_length * self.config.batch_size)
+        cfg.unroll_length * cfg.batch_size * cfg.num_epochs)
     return result
 
   def checkpoint_objects(self) -> Dict[str, Any]:
@@ -180,7 +201,7 @@ class VtraceAgent(Agent):
   def _make_train_fn(self):
     cfg = self.config
     obs_spec, act_spec = self.observation_spec, self.action_spec
-    t1, b = cfg.unroll_length + 1, cfg.batch_size
+    t1, b = cfg.unroll_length + 1, cfg.batch_size // cfg.num_minibatches
     signature = [
         tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
         tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
@@ -218,6 +239,8 @@ class VtraceAgent(Agent):
       optimizer.apply_gradients(zip(gradients, variables))
       metrics["opt/learning_rate"] = tf.convert_to_tensor(
           optimizer.learning_rate)
+      metrics["errors/nonfinite_updates"] = tf.cast(
+          optimizer.nonfinite_updates, tf.float32)
       step_counter.assign_add(1)
       return metrics
 

@@ -30,7 +30,14 @@ class VtraceConfig:
 
   Attributes:
     unroll_length: T, transitions per unroll (unrolls hold T+1 steps).
-    batch_size: unrolls per learner step.
+    batch_size: unrolls taken from the queue per training round.
+    num_epochs: passes over each round's unrolls (1: each unroll is trained
+      on once, as in IMPALA; more reuses it, V-trace correcting for the
+      policy having moved since acting, like a small replay of recent
+      unrolls).
+    num_minibatches: each pass splits the round's unrolls into this many
+      minibatches of batch_size / num_minibatches unrolls, one learner step
+      (gradient update) each.
     learning_rate: initial learning rate.
     lr_schedule: 'constant' or 'linear' (to 0 at total_learner_steps).
     total_learner_steps: length of the linear schedule in learner steps.
@@ -57,6 +64,8 @@ class VtraceConfig:
 
   unroll_length: int = 20
   batch_size: int = 16
+  num_epochs: int = 1
+  num_minibatches: int = 1
   learning_rate: float = 4e-3
   lr_schedule: str = "linear"
   total_learner_steps: int = 2000
@@ -79,9 +88,13 @@ class VtraceConfig:
   queue_capacity: int = 64
 
   def __post_init__(self):
-    checks.positive_ints(self, "unroll_length", "batch_size",
+    checks.positive_ints(self, "unroll_length", "batch_size", "num_epochs",
+                         "num_minibatches",
                          "total_learner_steps", "queue_capacity", "lstm_size")
     checks.queue_capacity(self)
+    if self.batch_size % self.num_minibatches:
+      checks.fail(self, f"batch_size ({self.batch_size}) must be a multiple "
+                  f"of num_minibatches ({self.num_minibatches})")
     checks.positive(self, "learning_rate")
     checks.choice(self, "lr_schedule", _LR_SCHEDULES)
     checks.choice(self, "optimizer", _OPTIMIZERS)
