@@ -16,6 +16,7 @@ import time
 
 from seed_rl import gin_utils
 from seed_rl import registry
+from seed_rl.grpc import security
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +34,18 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--logdir", default=None,
                  help="default: runs/<env>-<agent>; resumes if it holds "
                  "checkpoints")
-  p.add_argument("--server_address", default="localhost:8686")
+  p.add_argument("--server_address", default="localhost:8686",
+                 help="host:port to serve actors on; anything but loopback "
+                 "needs --tls_cert/--tls_key and a token, or --insecure")
+  p.add_argument("--tls_cert", default=None,
+                 help="PEM certificate of this learner (with --tls_key)")
+  p.add_argument("--tls_key", default=None, help="PEM private key")
+  p.add_argument("--token_file", default=None,
+                 help=f"file holding the actors' shared token (default: "
+                 f"${security.TOKEN_ENV}); never pass a token as an argument")
+  p.add_argument("--insecure", action="store_true",
+                 help="serve a non-loopback address without TLS or token "
+                 "(trusted networks only; every progress line says so)")
   p.add_argument("--gin_config", action="append", default=[],
                  help="extra gin files, after seed_rl/<env>/gin/<agent>.gin")
   p.add_argument("--gin_bindings", action="append", default=[],
@@ -50,6 +62,14 @@ def main(argv=None) -> int:
   args = build_parser().parse_args(argv)
   try:
     registry.check_pair(args.env, args.agent)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  try:
+    server_security = security.ServerSecurity(
+        args.tls_cert, args.tls_key, security.read_token(args.token_file))
+    server_security.check_address(args.server_address, args.insecure)
+    server_security.credentials()  # unreadable files fail now, not later
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -113,8 +133,12 @@ def main(argv=None) -> int:
                                 num_train_envs,
                                 num_envs - num_train_envs, config,
                                 checkpointer, writer)
+  if not security.is_loopback(args.server_address) and not (
+      server_security.tls and server_security.token):
+    learner.banner = (f"INSECURE: {args.server_address} without TLS and "
+                      "token")
   server = LearnerServer(args.server_address, observation_spec, action_spec,
-                         num_envs, learner)
+                         num_envs, learner, security=server_security)
   port = server.start()
   metrics.log(f"[learner] {args.env}/{args.agent}: serving {num_envs} envs "
               f"({args.num_actors} actors x {args.envs_per_actor}"

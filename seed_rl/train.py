@@ -121,7 +121,7 @@ def main(argv=None) -> int:
                  "--agent", args.agent, "--num_actors", str(args.num_actors),
                  "--envs_per_actor", str(args.envs_per_actor),
                  "--num_eval_actors", str(args.num_eval_actors),
-                 "--server_address", f"[::]:{port}", "--seed",
+                 "--server_address", f"localhost:{port}", "--seed",
                  str(args.seed)] + extra
   procs = []
 

@@ -17,6 +17,7 @@ status 3.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import sys
@@ -28,6 +29,9 @@ import gin
 from seed_rl import registry
 from seed_rl.actors.actor import run_actor
 from seed_rl.actors.subprocess_env import EnvWorkerError
+from seed_rl.grpc import security
+from seed_rl.grpc.client import ActorClient
+from seed_rl.grpc.client import AuthenticationError
 from seed_rl.grpc.client import LearnerError
 from seed_rl.grpc.client import LearnerUnavailableError
 from seed_rl.grpc.client import ProtocolError
@@ -51,6 +55,15 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                       help="I; this actor owns global env ids [I*K, (I+1)*K)")
   parser.add_argument("--num_envs", type=int, default=1, help="K")
   parser.add_argument("--server_address", default="localhost:8686")
+  parser.add_argument("--tls_ca", default=None,
+                      help="PEM CA certificate that signed the learner's "
+                      "certificate: connect with TLS")
+  parser.add_argument("--tls_server_name", default=None,
+                      help="name in the learner's certificate, when it "
+                      "differs from the host in --server_address")
+  parser.add_argument("--token_file", default=None,
+                      help="file holding the learner's token (default: "
+                      "$SEED_RL_TOKEN)")
   parser.add_argument("--seed", type=int, default=0,
                       help="run seed; env i of actor I gets seed + I*K + i")
   parser.add_argument("--gin_config", action="append", default=[],
@@ -75,6 +88,13 @@ def main(argv: Optional[List[str]] = None) -> int:
   args = parse_args(argv)
   logging.basicConfig(level=logging.INFO,
                       format="%(asctime)s actor %(process)d %(message)s")
+  try:
+    client_security = security.ClientSecurity(
+        args.tls_ca, security.read_token(args.token_file),
+        args.tls_server_name)
+  except ValueError as e:
+    print(f"actor {args.actor_id}: {e}", file=sys.stderr)
+    return EXIT_PROTOCOL_ERROR
   # The domain's module registers its gin configurables before parsing;
   # the registry is the learner's, so a domain added there works here too.
   create_environment = registry.env_module(args.env).create_environment
@@ -97,11 +117,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary = run_actor(args.server_address, args.actor_id, args.num_envs,
                         create_environment, args.seed,
                         max_steps=args.max_steps, stop_event=stop_event,
+                        client_factory=functools.partial(
+                            ActorClient, security=client_security),
                         log_interval_s=args.log_interval_s,
                         stats_path=args.stats_file)
     logging.info("actor %d done: %s", args.actor_id, summary)
   except _Stopped as e:
     logging.info("actor %d stopped by %s; envs closed", args.actor_id, e)
+  except AuthenticationError as e:
+    print(f"actor {args.actor_id}: the learner refused this actor's token: "
+          f"{e}", file=sys.stderr)
+    return EXIT_PROTOCOL_ERROR
   except SpecMismatchError as e:
     print(f"actor {args.actor_id}: the learner rejected this actor's specs: "
           f"{e}", file=sys.stderr)

@@ -129,6 +129,7 @@ class Learner:
     self._act_seconds = 0.0
     self._infer_seconds = 0.0
     self._samples_trained = 0.0  # transitions trained on (with reuse)
+    self.banner = ""  # appended to every progress line (e.g. a warning)
     self.solved_at_s: Optional[float] = None  # seconds into run()
     # CPU seconds by role (time.thread_time of the thread doing the work).
     self.cpu_seconds = {"inference": 0.0, "act": 0.0, "training": 0.0}
@@ -361,9 +362,10 @@ class Learner:
       self._writer.write(learner_steps, scalars)
     extra = {k: scalars[k] for k in metrics_lib.CONSOLE_METRICS
              if k in scalars}
-    metrics_lib.log(metrics_lib.progress_line(
+    line = metrics_lib.progress_line(
         now - self._start, learner_steps, self.env_steps, steps_per_s,
-        self.episodes.recent_mean(), self.episodes.episodes, extra))
+        self.episodes.recent_mean(), self.episodes.episodes, extra)
+    metrics_lib.log(f"{line} | {self.banner}" if self.banner else line)
     self.ticks.append({"t": now - self._start, "env_steps": self.env_steps,
                        "learner_steps": learner_steps,
                        "process_cpu_s": time.process_time(),

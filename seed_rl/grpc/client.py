@@ -21,13 +21,15 @@ from seed_rl.grpc import codec
 from seed_rl.grpc import protocol
 from seed_rl.grpc import seed_rl_pb2
 from seed_rl.grpc import seed_rl_pb2_grpc
-from seed_rl.grpc.errors import (LearnerError, LearnerUnavailableError,
-                                 ProtocolError, SessionSupersededError,
-                                 SpecMismatchError)
+from seed_rl.grpc.errors import (AuthenticationError, LearnerError,
+                                 LearnerUnavailableError, ProtocolError,
+                                 SessionSupersededError, SpecMismatchError)
+from seed_rl.grpc.security import ClientSecurity
 
 __all__ = [
-    "ActorClient", "LearnerError", "LearnerUnavailableError", "ProtocolError",
-    "SessionSupersededError", "SpecMismatchError"
+    "ActorClient", "AuthenticationError", "LearnerError",
+    "LearnerUnavailableError", "ProtocolError", "SessionSupersededError",
+    "SpecMismatchError"
 ]
 
 _INITIAL_BACKOFF_S = 0.05
@@ -90,6 +92,8 @@ def _error_from_rpc(error: grpc.RpcError, what: str) -> Exception:
     return SpecMismatchError(details, code)
   if reason == protocol.REASON_SUPERSEDED:
     return SessionSupersededError(details, code)
+  if code == grpc.StatusCode.UNAUTHENTICATED:
+    return AuthenticationError(f"learner refused {what}: {details}", code)
   if code in (grpc.StatusCode.INVALID_ARGUMENT,
               grpc.StatusCode.FAILED_PRECONDITION):
     return ProtocolError(f"learner rejected {what}: {details}", code)
@@ -116,7 +120,8 @@ class ActorClient:
   def __init__(self, address: str, actor_id: int, num_envs: int,
                observation_spec: ArraySpec, action_spec: ArraySpec,
                connect_timeout_s: Optional[float] = None,
-               max_backoff_s: float = 5.0):
+               max_backoff_s: float = 5.0,
+               security: Optional[ClientSecurity] = None):
     """Creates the client; call connect() (or step(), which connects).
 
     Args:
@@ -127,6 +132,8 @@ class ActorClient:
       connect_timeout_s: give up (LearnerUnavailableError) if no learner
         answers Hello within this long; None waits forever.
       max_backoff_s: cap of the exponential backoff between Hello attempts.
+      security: the CA to verify the learner's TLS certificate and the token
+        sent on every RPC; None connects in plaintext without a token.
     """
     if actor_id < 0:
       raise ValueError(f"actor_id: {actor_id}, expected >= 0")
@@ -150,8 +157,10 @@ class ActorClient:
         protocol_version=protocol.PROTOCOL_VERSION, actor_id=actor_id,
         num_envs=num_envs, observation_spec=codec.encode_spec(observation_spec),
         action_spec=codec.encode_spec(action_spec))
-    self._channel = grpc.insecure_channel(
-        address, options=protocol.channel_options(max_backoff_s))
+    self._security = security or ClientSecurity()
+    self._auth = tuple(self._security.metadata() or ())
+    self._channel = self._security.channel(
+        address, protocol.channel_options(max_backoff_s))
     self._stub = seed_rl_pb2_grpc.SeedRLStub(self._channel)
     self._hello: Optional[seed_rl_pb2.HelloResponse] = None
     self._requests: Optional[_RequestQueue] = None
@@ -197,7 +206,8 @@ class ActorClient:
         attempt_timeout = max(0.01, min(attempt_timeout,
                                         deadline - time.monotonic()))
       try:
-        return self._stub.Hello(self._hello_request, timeout=attempt_timeout)
+        return self._stub.Hello(self._hello_request, timeout=attempt_timeout,
+                                metadata=self._auth or None)
       except grpc.RpcError as e:
         if e.code() not in _RETRIABLE_HELLO_CODES:
           raise _error_from_rpc(e, "Hello") from None
@@ -237,7 +247,8 @@ class ActorClient:
     self._requests = _RequestQueue()
     self._responses = self._stub.Step(
         self._requests,
-        metadata=((protocol.SESSION_METADATA_KEY, hello.session_id),))
+        metadata=((protocol.SESSION_METADATA_KEY, hello.session_id),)
+        + self._auth)
 
   def _drop_stream(self) -> None:
     if self._requests is not None:

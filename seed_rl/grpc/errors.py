@@ -26,6 +26,10 @@ class SessionSupersededError(ProtocolError):
   """A newer Hello for the same actor id took over this actor's environments."""
 
 
+class AuthenticationError(ProtocolError):
+  """The learner refused this actor's token (UNAUTHENTICATED)."""
+
+
 class LearnerUnavailableError(ConnectionError):
   """No learner answered within connect_timeout_s."""
 

@@ -22,6 +22,7 @@ from seed_rl.grpc import protocol
 from seed_rl.grpc import seed_rl_pb2
 from seed_rl.grpc import seed_rl_pb2_grpc
 from seed_rl.grpc import validation
+from seed_rl.grpc.security import ServerSecurity
 from seed_rl.grpc.sessions import Rejection, Session, SessionRegistry
 
 
@@ -161,7 +162,8 @@ class LearnerServer:
 
   def __init__(self, address: str, observation_spec: ArraySpec,
                action_spec: ArraySpec, num_envs: int, handler,
-               max_workers: int = 64):
+               max_workers: int = 64,
+               security: Optional[ServerSecurity] = None):
     """Creates the server (call start() to serve).
 
     Args:
@@ -174,6 +176,8 @@ class LearnerServer:
         Step stream ends, unless its actor reconnected first (a newer Hello
         superseded the session, so its envs are still served).
       max_workers: gRPC worker threads = maximum concurrent RPCs.
+      security: TLS credentials and the actors' token (see security.py);
+        None serves plaintext without a token (loopback use).
     """
     if num_envs < 1:
       raise ValueError(f"num_envs: {num_envs}, expected >= 1")
@@ -185,6 +189,7 @@ class LearnerServer:
                        f"method")
     self._address = address
     self._max_workers = max_workers
+    self._security = security or ServerSecurity()
     self._servicer = _Servicer(observation_spec, action_spec,
                                SessionRegistry(num_envs), handler)
     self._server: Optional[grpc.Server] = None
@@ -202,10 +207,15 @@ class LearnerServer:
         futures.ThreadPoolExecutor(self._max_workers,
                                    thread_name_prefix="seed_rl_grpc"),
         options=protocol.server_options(),
-        maximum_concurrent_rpcs=self._max_workers)
+        maximum_concurrent_rpcs=self._max_workers,
+        interceptors=self._security.interceptors())
     seed_rl_pb2_grpc.add_SeedRLServicer_to_server(self._servicer, server)
+    credentials = self._security.credentials()
     try:
-      port = server.add_insecure_port(self._address)
+      if credentials is None:
+        port = server.add_insecure_port(self._address)
+      else:
+        port = server.add_secure_port(self._address, credentials)
     except RuntimeError as e:
       raise OSError(f"cannot bind learner server to {self._address!r}: {e}"
                     ) from None
