@@ -86,6 +86,7 @@ def main(argv=None) -> int:
   from seed_rl.common.checkpoints import Checkpointer  # pylint: disable=g-import-not-at-top
   from seed_rl.common.env_state import stacked_observation_spec  # pylint: disable=g-import-not-at-top
   from seed_rl.grpc.server import LearnerServer  # pylint: disable=g-import-not-at-top
+  from seed_rl.grpc.validation import ValueLimits  # pylint: disable=g-import-not-at-top
 
   env_module = registry.env_module(args.env)
   agent_module = registry.agent_module(args.agent)
@@ -138,7 +139,9 @@ def main(argv=None) -> int:
     learner.banner = (f"INSECURE: {args.server_address} without TLS and "
                       "token")
   server = LearnerServer(args.server_address, observation_spec, action_spec,
-                         num_envs, learner, security=server_security)
+                         num_envs, learner, security=server_security,
+                         limits=ValueLimits(config.max_abs_reward,
+                                            config.max_abs_observation))
   port = server.start()
   metrics.log(f"[learner] {args.env}/{args.agent}: serving {num_envs} envs "
               f"({args.num_actors} actors x {args.envs_per_actor}"

@@ -426,6 +426,25 @@ MALFORMED_CASES = {
     "terminated_and_truncated": (_set("terminated",
                                       np.array([0, 1, 0, 0], bool)),
                                  "both set for env id 9"),
+    # Finite but absurd values would make the loss inf and the weights NaN.
+    "huge_reward": (_set("reward", np.array([0, 0, 3e38, 0], np.float32)),
+                    "reward: 3e+38 at env id 10 exceeds the learner's limit"),
+    "huge_observation": (
+        _set("observation",
+             np.array([[0, 0, 0, 0]] * 3 + [[0, -1e30, 0, 0]], np.float32)),
+        "observation: -1e+30 at env id 11 exceeds"),
+    # Episode statistics only for envs that ended in this step (env 9 here).
+    "forged_episode_stats": (
+        lambda r: (codec.fill_tensor(r.episode_return,
+                                     np.full(100, 1e9, np.float32)),
+                   codec.fill_tensor(r.episode_length,
+                                     np.full(100, 1000, np.int32))),
+        "episode_return: 100 entries, expected 1"),
+    "zero_episode_length": (_set("episode_length", np.zeros(1, np.int32)),
+                            "episode_length: 0, expected >= 1"),
+    "episode_return_beyond_length": (
+        _set("episode_return", np.array([1e9], np.float32)),
+        "exceeds episode_length x max_abs_reward"),
     "handler_value_error": (_set("run_ids", np.full(K, RUN_ID_VALUE_ERROR,
                                                     np.int64)),
                             "run_ids: handler refuses this run id"),

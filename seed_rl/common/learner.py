@@ -49,6 +49,8 @@ class LearnerConfig:
   tf_intra_op_threads / tf_inter_op_threads: TensorFlow's thread pools in
     the learner (None: TF's default, one per core). On a machine whose cores
     the actors share, fewer threads spin less.
+  max_abs_reward / max_abs_observation: larger magnitudes in an actor's
+    message are refused (INVALID_ARGUMENT) before they reach training.
   """
 
   inference_batch_size: Optional[int] = None
@@ -63,6 +65,8 @@ class LearnerConfig:
   max_seconds: Optional[float] = None
   tf_intra_op_threads: Optional[int] = None
   tf_inter_op_threads: Optional[int] = None
+  max_abs_reward: float = 1e6
+  max_abs_observation: float = 1e6
 
   def __post_init__(self):
     if self.inference_batch_size is not None and self.inference_batch_size < 1:
@@ -74,7 +78,8 @@ class LearnerConfig:
     if self.frame_stack < 1:
       raise ValueError(f"LearnerConfig.frame_stack must be >= 1, got "
                        f"{self.frame_stack}")
-    for name in ("checkpoint_every_s", "log_every_s"):
+    for name in ("checkpoint_every_s", "log_every_s", "max_abs_reward",
+                 "max_abs_observation"):
       if getattr(self, name) <= 0:
         raise ValueError(f"LearnerConfig.{name} must be > 0")
     for name in ("tf_intra_op_threads", "tf_inter_op_threads"):

@@ -44,7 +44,9 @@ class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
   """Implements the SeedRL service on top of a SessionRegistry and a handler."""
 
   def __init__(self, observation_spec: ArraySpec, action_spec: ArraySpec,
-               registry: SessionRegistry, handler):
+               registry: SessionRegistry, handler,
+               limits: validation.ValueLimits):
+    self._limits = limits
     self._observation_spec = observation_spec
     self._action_spec = action_spec
     self._registry = registry
@@ -115,7 +117,8 @@ class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
     try:
       batch = validation.check_step_request(
           request, self._observation_spec, session,
-          self._registry.num_envs_total, self._registry.owner_of)
+          self._registry.num_envs_total, self._registry.owner_of,
+          self._limits)
       return self._actions_to_response(self._handler.step(batch),
                                        session.num_envs)
     except ValueError as e:
@@ -163,7 +166,8 @@ class LearnerServer:
   def __init__(self, address: str, observation_spec: ArraySpec,
                action_spec: ArraySpec, num_envs: int, handler,
                max_workers: int = 64,
-               security: Optional[ServerSecurity] = None):
+               security: Optional[ServerSecurity] = None,
+               limits: Optional[validation.ValueLimits] = None):
     """Creates the server (call start() to serve).
 
     Args:
@@ -178,6 +182,8 @@ class LearnerServer:
       max_workers: gRPC worker threads = maximum concurrent RPCs.
       security: TLS credentials and the actors' token (see security.py);
         None serves plaintext without a token (loopback use).
+      limits: largest rewards / float observations accepted (default
+        validation.ValueLimits()).
     """
     if num_envs < 1:
       raise ValueError(f"num_envs: {num_envs}, expected >= 1")
@@ -191,7 +197,8 @@ class LearnerServer:
     self._max_workers = max_workers
     self._security = security or ServerSecurity()
     self._servicer = _Servicer(observation_spec, action_spec,
-                               SessionRegistry(num_envs), handler)
+                               SessionRegistry(num_envs), handler,
+                               limits or validation.ValueLimits())
     self._server: Optional[grpc.Server] = None
     self._port: Optional[int] = None
 

@@ -8,6 +8,7 @@ need lookups (who owns an env id) are built only on the error path.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Optional
 
 import numpy as np
@@ -24,6 +25,60 @@ _PER_ENV_DTYPES = tuple(
         ("terminated", "bool"), ("truncated", "bool")))
 _EPISODE_DTYPES = (("episode_return", np.dtype("float32")),
                    ("episode_length", np.dtype("int32")))
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueLimits:
+  """Largest magnitudes the learner accepts; beyond them a message is refused
+  (INVALID_ARGUMENT naming the field) before any value reaches training.
+
+  The defaults are far beyond any real environment's rewards and float
+  observations, yet small enough that squares and sums over a batch stay
+  finite in float32 (3e38): one forged reward of 3e38 would otherwise make
+  the loss infinite and the weights NaN.
+  """
+  max_abs_reward: float = 1e6
+  max_abs_observation: float = 1e6
+
+  def __post_init__(self):
+    for name in ("max_abs_reward", "max_abs_observation"):
+      if not getattr(self, name) > 0:
+        raise ValueError(f"ValueLimits.{name} must be > 0, got "
+                         f"{getattr(self, name)}")
+
+
+def _check_bound(name: str, array: np.ndarray, bound: float,
+                 env_ids: Optional[np.ndarray]) -> None:
+  if array.dtype.kind != "f" or not array.size:
+    return
+  flat = array.reshape(array.shape[0], -1)
+  too_big = np.abs(flat) > bound
+  if not too_big.any():
+    return
+  row = int(np.flatnonzero(too_big.any(axis=1))[0])
+  value = flat[row][too_big[row]][0]
+  where = f"env id {env_ids[row]}" if env_ids is not None else f"row {row}"
+  raise ValueError(f"{name}: {value:g} at {where} exceeds the learner's "
+                   f"limit of {bound:g} in magnitude (ValueLimits)")
+
+
+def _check_episodes(episode_return: np.ndarray, episode_length: np.ndarray,
+                    ended: int, limits: ValueLimits) -> None:
+  """Statistics come only for the envs that ended in this very message."""
+  if episode_return.shape[0] != ended:
+    raise ValueError(f"episode_return: {episode_return.shape[0]} entries, "
+                     f"expected {ended} (one per env whose terminated or "
+                     f"truncated flag is set in this step)")
+  if ended and episode_length.min() < 1:
+    raise ValueError(f"episode_length: {int(episode_length.min())}, expected "
+                     f">= 1 (agent steps of the ended episode)")
+  if ended:
+    bound = episode_length.astype(np.float64) * limits.max_abs_reward
+    if (np.abs(episode_return) > bound).any():
+      i = int(np.argmax(np.abs(episode_return) > bound))
+      raise ValueError(f"episode_return: {episode_return[i]:g} over "
+                       f"{episode_length[i]} steps exceeds "
+                       f"episode_length x max_abs_reward")
 
 
 def _check_dtype(name: str, array: np.ndarray, expected: np.dtype) -> None:
@@ -93,8 +148,8 @@ def _check_env_ids(env_ids: np.ndarray, session: Session, num_envs_total: int,
 def check_step_request(request: seed_rl_pb2.StepRequest,
                        observation_spec: ArraySpec, session: Session,
                        num_envs_total: int,
-                       owner_of: Callable[[int], Optional[Session]]
-                       ) -> StepBatch:
+                       owner_of: Callable[[int], Optional[Session]],
+                       limits: ValueLimits = ValueLimits()) -> StepBatch:
   """Decodes `request` and checks it fits `session`.
 
   Args:
@@ -103,6 +158,7 @@ def check_step_request(request: seed_rl_pb2.StepRequest,
     session: the stream's session (K = session.num_envs).
     num_envs_total: environments served by the learner.
     owner_of: env id -> live session owning it, for error messages.
+    limits: largest accepted rewards and float observations.
 
   Returns:
     The StepBatch; arrays are read-only views of the received bytes.
@@ -154,4 +210,12 @@ def check_step_request(request: seed_rl_pb2.StepRequest,
     _check_finite("final_observation", arrays["final_observation"],
                   env_ids[truncated])
   _check_finite("episode_return", episode_return, None)
+  _check_bound("reward", arrays["reward"], limits.max_abs_reward, env_ids)
+  _check_bound("observation", arrays["observation"],
+               limits.max_abs_observation, env_ids)
+  if num_truncated:
+    _check_bound("final_observation", arrays["final_observation"],
+                 limits.max_abs_observation, env_ids[truncated])
+  _check_episodes(episode_return, episode_length,
+                  int(np.count_nonzero(terminated | truncated)), limits)
   return StepBatch(**arrays)
