@@ -23,8 +23,9 @@ from seed_rl.atari import env as atari_env
 from seed_rl.classic import env as classic_env
 
 
-def _random_actions(env: BatchedEnv, count: int,
-                    rng: np.random.Generator) -> np.ndarray:
+def _random_actions(
+  env: BatchedEnv, count: int, rng: np.random.Generator
+) -> np.ndarray:
   spec = env.action_spec
   shape = (count, env.num_envs) + spec.shape
   if spec.is_discrete:
@@ -51,24 +52,36 @@ def measure(env: BatchedEnv, seconds: float, seed: int = 0) -> float:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--seconds", type=float, default=3.0,
-                      help="timed stepping per configuration")
+  parser.add_argument(
+    "--seconds",
+    type=float,
+    default=3.0,
+    help="timed stepping per configuration",
+  )
   args = parser.parse_args()
-  result = {"benchmark": "env_throughput", "unit": "env_steps_per_s",
-            "seconds": args.seconds, "cpus": os.cpu_count(),
-            "python": platform.python_version()}
+  result = {
+    "benchmark": "env_throughput",
+    "unit": "env_steps_per_s",
+    "seconds": args.seconds,
+    "cpus": os.cpu_count(),
+    "python": platform.python_version(),
+  }
   for num_envs in (16, 32):
     for parallel in ("inline", "subprocess"):
-      with classic_env.create_environment(num_envs, 0, env_id="CartPole-v1",
-                                          parallel=parallel) as env:
+      with classic_env.create_environment(
+        num_envs, 0, env_id="CartPole-v1", parallel=parallel
+      ) as env:
         result[f"cartpole_{parallel}_k{num_envs}"] = round(
-            measure(env, args.seconds))
+          measure(env, args.seconds)
+        )
   for num_envs in (4, 8, 16):
     for threads in sorted({1, 2, num_envs}):
-      with atari_env.create_environment(num_envs, 0, game="pong",
-                                        num_threads=threads) as env:
+      with atari_env.create_environment(
+        num_envs, 0, game="pong", num_threads=threads
+      ) as env:
         result[f"pong_k{num_envs}_threads{threads}"] = round(
-            measure(env, args.seconds))
+          measure(env, args.seconds)
+        )
   print(json.dumps(result))
 
 

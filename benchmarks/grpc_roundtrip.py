@@ -31,23 +31,24 @@ from seed_rl.common.specs import ArraySpec, StepBatch  # pylint: disable=g-impor
 _WARMUP_STEPS = 200
 _ACTION_SPEC = ArraySpec((), "int64", "action", num_values=6)
 _BATCHES = {
-    "cartpole": (16, ArraySpec((4,), "float32", "observation")),
-    "atari": (16, ArraySpec((84, 84), "uint8", "frame")),
+  "cartpole": (16, ArraySpec((4,), "float32", "observation")),
+  "atari": (16, ArraySpec((84, 84), "uint8", "frame")),
 }
 _CLIENT_COUNTS = (1, 4)
 
 
 class _ZerosHandler:
-
   def step(self, batch: StepBatch) -> np.ndarray:
     return np.zeros(batch.num_envs, np.int64)
 
 
 def _serve(kind: str, num_envs: int, port_queue, stop_event) -> None:
   from seed_rl.grpc.server import LearnerServer  # pylint: disable=g-import-not-at-top
+
   _, obs_spec = _BATCHES[kind]
-  server = LearnerServer("localhost:0", obs_spec, _ACTION_SPEC, num_envs,
-                         _ZerosHandler())
+  server = LearnerServer(
+    "localhost:0", obs_spec, _ACTION_SPEC, num_envs, _ZerosHandler()
+  )
   port_queue.put(server.start())
   stop_event.wait()
   server.stop()
@@ -59,7 +60,6 @@ def _serve_baseline(port_queue, stop_event) -> None:
   from seed_rl.grpc import seed_rl_pb2, seed_rl_pb2_grpc  # pylint: disable=g-import-not-at-top
 
   class Echo(seed_rl_pb2_grpc.SeedRLServicer):
-
     def Step(self, request_iterator, context):
       response = seed_rl_pb2.StepResponse()
       for _ in request_iterator:
@@ -77,10 +77,12 @@ def _run_baseline_client(port: int, seconds: float) -> np.ndarray:
   import queue  # pylint: disable=g-import-not-at-top
   import grpc  # pylint: disable=g-import-not-at-top
   from seed_rl.grpc import seed_rl_pb2, seed_rl_pb2_grpc  # pylint: disable=g-import-not-at-top
+
   requests = queue.SimpleQueue()
   channel = grpc.insecure_channel(f"localhost:{port}")
   responses = seed_rl_pb2_grpc.SeedRLStub(channel).Step(
-      iter(requests.get, None))
+    iter(requests.get, None)
+  )
   request = seed_rl_pb2.StepRequest()
   for _ in range(_WARMUP_STEPS):
     requests.put(request)
@@ -108,22 +110,32 @@ def _make_batch(first_env_id: int, k: int, obs_spec: ArraySpec) -> StepBatch:
   else:
     observation = rng.normal(size=(k,) + obs_spec.shape).astype(obs_spec.dtype)
   return StepBatch(
-      env_ids=np.arange(first_env_id, first_env_id + k, dtype=np.int32),
-      run_ids=np.ones(k, np.int64), reward=np.zeros(k, np.float32),
-      terminated=np.zeros(k, bool), truncated=np.zeros(k, bool),
-      observation=observation,
-      final_observation=np.zeros((0,) + obs_spec.shape, obs_spec.dtype),
-      episode_return=np.zeros(0, np.float32),
-      episode_length=np.zeros(0, np.int32))
+    env_ids=np.arange(first_env_id, first_env_id + k, dtype=np.int32),
+    run_ids=np.ones(k, np.int64),
+    reward=np.zeros(k, np.float32),
+    terminated=np.zeros(k, bool),
+    truncated=np.zeros(k, bool),
+    observation=observation,
+    final_observation=np.zeros((0,) + obs_spec.shape, obs_spec.dtype),
+    episode_return=np.zeros(0, np.float32),
+    episode_length=np.zeros(0, np.int32),
+  )
 
 
 def _run_client(args) -> np.ndarray:
   """Steps for `seconds` after warm-up; returns round-trip times in seconds."""
   kind, port, actor_id, seconds, start_at = args
   from seed_rl.grpc.client import ActorClient  # pylint: disable=g-import-not-at-top
+
   k, obs_spec = _BATCHES[kind]
-  client = ActorClient(f"localhost:{port}", actor_id, k, obs_spec,
-                       _ACTION_SPEC, connect_timeout_s=30)
+  client = ActorClient(
+    f"localhost:{port}",
+    actor_id,
+    k,
+    obs_spec,
+    _ACTION_SPEC,
+    connect_timeout_s=30,
+  )
   client.connect()
   batch = _make_batch(client.first_env_id, k, obs_spec)
   for _ in range(_WARMUP_STEPS):
@@ -152,14 +164,18 @@ def _process_cpu_s(pid: int) -> float:
   return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _measure(ctx, kind: str, port: int, server_pid: int, clients: int,
-             seconds: float) -> dict:
+def _measure(
+  ctx, kind: str, port: int, server_pid: int, clients: int, seconds: float
+) -> dict:
   k, obs_spec = _BATCHES[kind]
   start_at = time.time() + 3.0  # after every client connected and warmed up
   with ctx.Pool(clients) as pool:
     pending = pool.map_async(
-        _run_client,
-        [(kind, port, actor_id, seconds, start_at) for actor_id in range(clients)])
+      _run_client,
+      [
+        (kind, port, actor_id, seconds, start_at) for actor_id in range(clients)
+      ],
+    )
     time.sleep(max(0.0, start_at - time.time()))
     server_cpu0 = _process_cpu_s(server_pid)
     results = pending.get()
@@ -169,26 +185,33 @@ def _measure(ctx, kind: str, port: int, server_pid: int, clients: int,
   wall = max(t.sum() for t in per_client)  # seconds
   times = np.concatenate(per_client) * 1e6
   return {
-      "batch": kind, "k": k, "obs_shape": list(obs_spec.shape),
-      "obs_dtype": obs_spec.dtype, "clients": clients,
-      "mean_us": round(float(times.mean()), 1),
-      "p50_us": round(float(np.percentile(times, 50)), 1),
-      "p99_us": round(float(np.percentile(times, 99)), 1),
-      "msgs_per_s": round(len(times) / wall, 1),
-      "env_steps_per_s": round(len(times) * k / wall, 1),
-      # CPU per message: the actor side (encode, gRPC client threads,
-      # decode) and the learner side (gRPC server, decode, validation,
-      # handler, encode; the server's CPU is sampled over the same window
-      # give or take the clients' last round trips).
-      "client_cpu_us_per_msg": round(client_cpu / len(times) * 1e6, 1),
-      "server_cpu_us_per_msg": round(server_cpu / len(times) * 1e6, 1),
+    "batch": kind,
+    "k": k,
+    "obs_shape": list(obs_spec.shape),
+    "obs_dtype": obs_spec.dtype,
+    "clients": clients,
+    "mean_us": round(float(times.mean()), 1),
+    "p50_us": round(float(np.percentile(times, 50)), 1),
+    "p99_us": round(float(np.percentile(times, 99)), 1),
+    "msgs_per_s": round(len(times) / wall, 1),
+    "env_steps_per_s": round(len(times) * k / wall, 1),
+    # CPU per message: the actor side (encode, gRPC client threads,
+    # decode) and the learner side (gRPC server, decode, validation,
+    # handler, encode; the server's CPU is sampled over the same window
+    # give or take the clients' last round trips).
+    "client_cpu_us_per_msg": round(client_cpu / len(times) * 1e6, 1),
+    "server_cpu_us_per_msg": round(server_cpu / len(times) * 1e6, 1),
   }
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--seconds", type=float, default=3.0,
-                      help="timed seconds per configuration (after warm-up)")
+  parser.add_argument(
+    "--seconds",
+    type=float,
+    default=3.0,
+    help="timed seconds per configuration (after warm-up)",
+  )
   args = parser.parse_args()
   if args.seconds <= 0:
     parser.error(f"--seconds: {args.seconds}, expected > 0")
@@ -203,30 +226,41 @@ def main() -> None:
     stop_event.set()
     server.join(10)
   baseline = {
-      "batch": "empty", "clients": 1,
-      "mean_us": round(float(times.mean()), 1),
-      "p50_us": round(float(np.percentile(times, 50)), 1),
-      "p99_us": round(float(np.percentile(times, 99)), 1),
+    "batch": "empty",
+    "clients": 1,
+    "mean_us": round(float(times.mean()), 1),
+    "p50_us": round(float(np.percentile(times, 50)), 1),
+    "p99_us": round(float(np.percentile(times, 99)), 1),
   }
   results = []
   for kind, (k, _) in _BATCHES.items():
     port_queue, stop_event = ctx.Queue(), ctx.Event()
-    server = ctx.Process(target=_serve, args=(
-        kind, k * max(_CLIENT_COUNTS), port_queue, stop_event))
+    server = ctx.Process(
+      target=_serve,
+      args=(kind, k * max(_CLIENT_COUNTS), port_queue, stop_event),
+    )
     server.start()
     try:
       port = port_queue.get(timeout=60)
       for clients in _CLIENT_COUNTS:
-        results.append(_measure(ctx, kind, port, server.pid, clients,
-                                args.seconds))
+        results.append(
+          _measure(ctx, kind, port, server.pid, clients, args.seconds)
+        )
     finally:
       stop_event.set()
       server.join(10)
-  print(json.dumps({
-      "benchmark": "grpc_roundtrip", "seconds": args.seconds,
-      "cpu_count": os.cpu_count(), "python": platform.python_version(),
-      "baseline": baseline, "results": results,
-  }))
+  print(
+    json.dumps(
+      {
+        "benchmark": "grpc_roundtrip",
+        "seconds": args.seconds,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "baseline": baseline,
+        "results": results,
+      }
+    )
+  )
 
 
 if __name__ == "__main__":

@@ -23,17 +23,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from seed_rl.train import DEFAULTS, die_with_parent  # pylint: disable=g-import-not-at-top,wrong-import-position
-DEFAULT_TARGETS = {("classic", "vtrace"): 475.0, ("classic", "ppo"): 475.0,
-                   ("classic", "dqn"): 475.0, ("classic", "r2d2"): 475.0}
+
+DEFAULT_TARGETS = {
+  ("classic", "vtrace"): 475.0,
+  ("classic", "ppo"): 475.0,
+  ("classic", "dqn"): 475.0,
+  ("classic", "r2d2"): 475.0,
+}
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__,
-                              formatter_class=argparse.RawTextHelpFormatter)
+  p = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
   p.add_argument("env")
   p.add_argument("agent")
-  p.add_argument("bindings", nargs="*", help="gin bindings, e.g. "
-                 "'VtraceConfig.learning_rate = 1e-3'")
+  p.add_argument(
+    "bindings",
+    nargs="*",
+    help="gin bindings, e.g. 'VtraceConfig.learning_rate = 1e-3'",
+  )
   p.add_argument("--target", type=float, default=None)
   p.add_argument("--max_minutes", type=float, default=10.0)
   p.add_argument("--seed", type=int, default=0)
@@ -41,21 +50,31 @@ def main(argv=None) -> int:
   p.add_argument("--envs_per_actor", type=int, default=None)
   p.add_argument("--max_env_steps", type=int, default=None)
   p.add_argument("--logdir", default=None, help="default: a fresh temp dir")
-  p.add_argument("--quiet", action="store_true",
-                 help="hide the training's own output")
+  p.add_argument(
+    "--quiet", action="store_true", help="hide the training's own output"
+  )
   # Bindings may come after the flags (as in the README's examples).
   args = p.parse_intermixed_args(argv)
   target = args.target
   if target is None:
     target = DEFAULT_TARGETS.get((args.env, args.agent))
   logdir = args.logdir or tempfile.mkdtemp(
-      prefix=f"learn-{args.env}-{args.agent}-{args.seed}-")
+    prefix=f"learn-{args.env}-{args.agent}-{args.seed}-"
+  )
   cmd = [sys.executable, "-m", "seed_rl.train", args.env, args.agent]
   if args.num_actors is not None or args.envs_per_actor is not None:
-    cmd += [str(args.num_actors or DEFAULTS["num_actors"]),
-            str(args.envs_per_actor or DEFAULTS["envs_per_actor"])]
-  cmd += ["--seed", str(args.seed), "--logdir", logdir,
-          "--max_seconds", str(args.max_minutes * 60)]
+    cmd += [
+      str(args.num_actors or DEFAULTS["num_actors"]),
+      str(args.envs_per_actor or DEFAULTS["envs_per_actor"]),
+    ]
+  cmd += [
+    "--seed",
+    str(args.seed),
+    "--logdir",
+    logdir,
+    "--max_seconds",
+    str(args.max_minutes * 60),
+  ]
   if target is not None:
     cmd += ["--target_return", str(target)]
   if args.max_env_steps:
@@ -65,9 +84,14 @@ def main(argv=None) -> int:
   start = time.monotonic()
   solved_wall = None
   # The launcher dies with this script, and its processes with it.
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True,
-                          preexec_fn=die_with_parent)
+  proc = subprocess.Popen(
+    cmd,
+    cwd=ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    preexec_fn=die_with_parent,
+  )
   for line in proc.stdout:
     if line.startswith("SOLVED") and solved_wall is None:
       solved_wall = time.monotonic() - start
@@ -81,14 +105,18 @@ def main(argv=None) -> int:
     with open(path) as f:
       result = json.load(f)
   out = {
-      "env": args.env, "agent": args.agent, "seed": args.seed,
-      "target": target, "solved": bool(result.get("solved")),
-      "wall_s": round(solved_wall if solved_wall is not None else wall, 1),
-      "env_steps": result.get("env_steps"),
-      "final_return": result.get("final_return"),
-      "learner_steps": result.get("learner_steps"),
-      "exit_code": code, "logdir": logdir,
-      "bindings": args.bindings,
+    "env": args.env,
+    "agent": args.agent,
+    "seed": args.seed,
+    "target": target,
+    "solved": bool(result.get("solved")),
+    "wall_s": round(solved_wall if solved_wall is not None else wall, 1),
+    "env_steps": result.get("env_steps"),
+    "final_return": result.get("final_return"),
+    "learner_steps": result.get("learner_steps"),
+    "exit_code": code,
+    "logdir": logdir,
+    "bindings": args.bindings,
   }
   print(json.dumps(out), flush=True)
   return 0 if code == 0 else 1

@@ -73,8 +73,9 @@ def main() -> None:
   config = learner_lib.LearnerConfig()
   learner_lib.configure_tf_threads(config)
   probe = env_module.create_environment(num_envs=1, seed=0)
-  obs_spec = stacked_observation_spec(probe.observation_spec,
-                                      config.frame_stack)
+  obs_spec = stacked_observation_spec(
+    probe.observation_spec, config.frame_stack
+  )
   act_spec = probe.action_spec
   probe.close()
   agent = agent_module.create_agent(obs_spec, act_spec, 64)
@@ -86,16 +87,19 @@ def main() -> None:
   num_params = act_spec.num_values if act_spec.is_discrete else 2
   core = agent.initial_core_state(b)
   unroll = Unroll(
-      env_ids=np.arange(b, dtype=np.int32),
-      observation=_random(obs_spec, (b, t1) + obs_spec.shape, rng),
-      reward=rng.standard_normal((b, t1)).astype(np.float32),
-      terminated=np.zeros((b, t1), bool), truncated=np.zeros((b, t1), bool),
-      bootstrap_value=np.zeros((b, t1), np.float32),
-      prev_action=_random(act_spec, (b, t1) + act_spec.shape, rng),
-      action=_random(act_spec, (b, t1) + act_spec.shape, rng),
-      value=np.zeros((b, t1), np.float32),
-      extras={"logits": np.zeros((b, t1, num_params), np.float32)},
-      core_state=core, policy_version=np.zeros((b, t1), np.int64))
+    env_ids=np.arange(b, dtype=np.int32),
+    observation=_random(obs_spec, (b, t1) + obs_spec.shape, rng),
+    reward=rng.standard_normal((b, t1)).astype(np.float32),
+    terminated=np.zeros((b, t1), bool),
+    truncated=np.zeros((b, t1), bool),
+    bootstrap_value=np.zeros((b, t1), np.float32),
+    prev_action=_random(act_spec, (b, t1) + act_spec.shape, rng),
+    action=_random(act_spec, (b, t1) + act_spec.shape, rng),
+    value=np.zeros((b, t1), np.float32),
+    extras={"logits": np.zeros((b, t1, num_params), np.float32)},
+    core_state=core,
+    policy_version=np.zeros((b, t1), np.int64),
+  )
 
   def train():
     agent.add_unrolls(unroll)
@@ -103,26 +107,36 @@ def main() -> None:
 
   n = args.act_batch
   act_inputs = ActInputs(
-      env_ids=np.arange(n, dtype=np.int32),
-      observation=_random(obs_spec, (n,) + obs_spec.shape, rng),
-      prev_action=_random(act_spec, (n,) + act_spec.shape, rng),
-      reward=np.zeros(n, np.float32), done=np.zeros(n, bool),
-      core_state=agent.initial_core_state(n), eval_mask=np.zeros(n, bool))
+    env_ids=np.arange(n, dtype=np.int32),
+    observation=_random(obs_spec, (n,) + obs_spec.shape, rng),
+    prev_action=_random(act_spec, (n,) + act_spec.shape, rng),
+    reward=np.zeros(n, np.float32),
+    done=np.zeros(n, bool),
+    core_state=agent.initial_core_state(n),
+    eval_mask=np.zeros(n, bool),
+  )
 
   calls, wall, cpu = _timed(train, args.seconds)
   frames = calls * t1 * b
   calls_a, wall_a, cpu_a = _timed(lambda: agent.act(act_inputs), args.seconds)
   agent.stop()
-  print(json.dumps({
-      "benchmark": "learner_step", "env": args.env, "agent": args.agent,
-      "bindings": args.bindings, "train_batch": f"{t1} x {b}",
-      "train_steps_per_s": round(calls / wall, 2),
-      "train_frames_per_s": round(frames / wall),
-      "train_frames_per_cpu_s": round(frames / cpu),
-      "act_batch": n,
-      "act_obs_per_s": round(calls_a * n / wall_a),
-      "act_obs_per_cpu_s": round(calls_a * n / cpu_a),
-  }))
+  print(
+    json.dumps(
+      {
+        "benchmark": "learner_step",
+        "env": args.env,
+        "agent": args.agent,
+        "bindings": args.bindings,
+        "train_batch": f"{t1} x {b}",
+        "train_steps_per_s": round(calls / wall, 2),
+        "train_frames_per_s": round(frames / wall),
+        "train_frames_per_cpu_s": round(frames / cpu),
+        "act_batch": n,
+        "act_obs_per_s": round(calls_a * n / wall_a),
+        "act_obs_per_cpu_s": round(calls_a * n / cpu_a),
+      }
+    )
+  )
 
 
 if __name__ == "__main__":

@@ -21,37 +21,48 @@ import numpy as np
 def read_curve(logdir: str):
   """Returns (env_steps [N], returns [N]) from a run's event files."""
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+
   steps_by_step, returns_by_step = {}, {}
   for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents*"))):
     acc = event_accumulator.EventAccumulator(
-        path, size_guidance={event_accumulator.TENSORS: 0})
+      path, size_guidance={event_accumulator.TENSORS: 0}
+    )
     acc.Reload()
-    for tag, table in (("perf/env_steps", steps_by_step),
-                       ("episode/return", returns_by_step)):
+    for tag, table in (
+      ("perf/env_steps", steps_by_step),
+      ("episode/return", returns_by_step),
+    ):
       if tag in acc.Tags().get("tensors", []):
         for event in acc.Tensors(tag):
           table[event.step] = float(
-              np.asarray(tf_make_ndarray(event.tensor_proto)))
+            np.asarray(tf_make_ndarray(event.tensor_proto))
+          )
   common = sorted(set(steps_by_step) & set(returns_by_step))
-  return (np.array([steps_by_step[s] for s in common]),
-          np.array([returns_by_step[s] for s in common]))
+  return (
+    np.array([steps_by_step[s] for s in common]),
+    np.array([returns_by_step[s] for s in common]),
+  )
 
 
 def tf_make_ndarray(proto):
   from tensorboard.util import tensor_util  # pylint: disable=g-import-not-at-top
+
   return tensor_util.make_ndarray(proto)
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__,
-                              formatter_class=argparse.RawTextHelpFormatter)
+  p = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
   p.add_argument("logdirs", nargs="+")
   p.add_argument("--title", required=True)
   p.add_argument("--out", required=True)
   args = p.parse_args(argv)
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
   grid = None
   curves = []

@@ -33,20 +33,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 SETUPS = {
-    "cartpole": {"env": "classic", "agent": "vtrace", "actors": 2, "k": 16},
-    "pong": {"env": "atari", "agent": "vtrace", "actors": 3, "k": 48},
-    "pong_r2d2": {"env": "atari", "agent": "r2d2", "actors": 2, "k": 16},
+  "cartpole": {"env": "classic", "agent": "vtrace", "actors": 2, "k": 16},
+  "pong": {"env": "atari", "agent": "vtrace", "actors": 3, "k": 48},
+  "pong_r2d2": {"env": "atari", "agent": "r2d2", "actors": 2, "k": 16},
 }
 
 
-def _random_actor(env: str, agent: str, k: int, seed: int, seconds: float,
-                  queue) -> None:
+def _random_actor(
+  env: str, agent: str, k: int, seed: int, seconds: float, queue
+) -> None:
   import gin  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from seed_rl import registry  # pylint: disable=g-import-not-at-top
+
   module = registry.env_module(env)
-  gin.parse_config_files_and_bindings([registry.gin_file(env, agent)], [],
-                                      skip_unknown=True)
+  gin.parse_config_files_and_bindings(
+    [registry.gin_file(env, agent)], [], skip_unknown=True
+  )
   batched = module.create_environment(num_envs=k, seed=seed)
   spec = batched.action_spec
   rng = np.random.default_rng(seed)
@@ -55,8 +58,9 @@ def _random_actor(env: str, agent: str, k: int, seed: int, seconds: float,
   def actions():
     if spec.is_discrete:
       return rng.integers(0, spec.num_values, size=k).astype(spec.dtype)
-    return rng.uniform(spec.minimum, spec.maximum,
-                       size=(k,) + spec.shape).astype(spec.dtype)
+    return rng.uniform(
+      spec.minimum, spec.maximum, size=(k,) + spec.shape
+    ).astype(spec.dtype)
 
   for _ in range(20):  # warm-up
     batched.step(actions())
@@ -72,10 +76,13 @@ def _random_actor(env: str, agent: str, k: int, seed: int, seconds: float,
 def random_policy_rate(setup, seconds: float) -> float:
   ctx = mp.get_context("forkserver")
   queue = ctx.Queue()
-  procs = [ctx.Process(target=_random_actor,
-                       args=(setup["env"], setup["agent"], setup["k"], i,
-                             seconds, queue))
-           for i in range(setup["actors"])]
+  procs = [
+    ctx.Process(
+      target=_random_actor,
+      args=(setup["env"], setup["agent"], setup["k"], i, seconds, queue),
+    )
+    for i in range(setup["actors"])
+  ]
   for p in procs:
     p.start()
   results = [queue.get(timeout=seconds + 120) for _ in procs]
@@ -87,20 +94,34 @@ def random_policy_rate(setup, seconds: float) -> float:
 def system_rate(setup, seconds: float, bindings=()):
   logdir = tempfile.mkdtemp(prefix="throughput-")
   stats_dir = os.path.join(logdir, "actors")
-  cmd = [sys.executable, "-m", "seed_rl.train", setup["env"], setup["agent"],
-         str(setup["actors"]), str(setup["k"]), "--logdir", logdir,
-         "--max_seconds", str(seconds), "--actor_stats_dir", stats_dir,
-         "--gin_bindings", "LearnerConfig.stop_at_target = False"]
+  cmd = [
+    sys.executable,
+    "-m",
+    "seed_rl.train",
+    setup["env"],
+    setup["agent"],
+    str(setup["actors"]),
+    str(setup["k"]),
+    "--logdir",
+    logdir,
+    "--max_seconds",
+    str(seconds),
+    "--actor_stats_dir",
+    stats_dir,
+    "--gin_bindings",
+    "LearnerConfig.stop_at_target = False",
+  ]
   for b in bindings:
     cmd += ["--gin_bindings", b]
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(
+    cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+  )
   # Each actor rewrites its stats file every 5 s; keep every version so the
   # actors' figures can be taken over the learner's steady-state window.
   history = {}
   while proc.poll() is None:
     time.sleep(1.0)
-    for name in (os.listdir(stats_dir) if os.path.isdir(stats_dir) else ()):
+    for name in os.listdir(stats_dir) if os.path.isdir(stats_dir) else ():
       if name.endswith(".json"):
         try:
           with open(os.path.join(stats_dir, name)) as f:
@@ -121,26 +142,44 @@ def system_rate(setup, seconds: float, bindings=()):
 def _window_delta(versions, window_s: float):
   """An actor's stats over (about) its last `window_s` seconds."""
   last = versions[-1]
-  first = min(versions, key=lambda v: abs(last["seconds"] - v["seconds"] -
-                                          window_s))
+  first = min(
+    versions, key=lambda v: abs(last["seconds"] - v["seconds"] - window_s)
+  )
   if first is last:  # a single snapshot: fall back to the whole run
     return last
   return {k: last[k] - first[k] for k in last}
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__,
-                              formatter_class=argparse.RawTextHelpFormatter)
-  p.add_argument("--seconds", type=float, default=60.0,
-                 help="length of each system run (random runs: a third)")
-  p.add_argument("--only", choices=sorted(SETUPS), action="append",
-                 default=None, help="run only these setups (repeatable)")
+  p = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
+  p.add_argument(
+    "--seconds",
+    type=float,
+    default=60.0,
+    help="length of each system run (random runs: a third)",
+  )
+  p.add_argument(
+    "--only",
+    choices=sorted(SETUPS),
+    action="append",
+    default=None,
+    help="run only these setups (repeatable)",
+  )
   p.add_argument("--actors", type=int, default=None)
   p.add_argument("--envs_per_actor", type=int, default=None)
-  p.add_argument("--gin_bindings", action="append", default=[],
-                 help="extra learner bindings for the system runs")
-  p.add_argument("--skip_random", action="store_true",
-                 help="skip the random-policy runs (ratio omitted)")
+  p.add_argument(
+    "--gin_bindings",
+    action="append",
+    default=[],
+    help="extra learner bindings for the system runs",
+  )
+  p.add_argument(
+    "--skip_random",
+    action="store_true",
+    help="skip the random-policy runs (ratio omitted)",
+  )
   args = p.parse_args(argv)
   for name, setup in SETUPS.items():
     if args.only and name not in args.only:
@@ -148,43 +187,55 @@ def main(argv=None) -> int:
     setup = dict(setup)
     setup["actors"] = args.actors or setup["actors"]
     setup["k"] = args.envs_per_actor or setup["k"]
-    random_rate = (float("nan") if args.skip_random else
-                   random_policy_rate(setup, max(10.0, args.seconds / 3)))
+    random_rate = (
+      float("nan")
+      if args.skip_random
+      else random_policy_rate(setup, max(10.0, args.seconds / 3))
+    )
     result, actors = system_rate(setup, args.seconds, args.gin_bindings)
     steady = result.get("steady_state", {})
     system = steady.get("env_steps_per_s", 0.0)
     busy = [a["env_s"] + a["learner_wait_s"] for a in actors]
     out = {
-        "setup": name, "env": setup["env"], "agent": setup["agent"],
-        "actors": setup["actors"], "envs_per_actor": setup["k"],
-        "cpus": os.cpu_count(),
-        "random_policy_env_steps_per_s": round(random_rate, 1),
-        "system_env_steps_per_s": system,
-        "ratio_system_to_random": round(system / max(random_rate, 1e-9), 3),
-        "learner_steps_per_s": steady.get("learner_steps_per_s"),
-        "learner_cores": {
-            "process": steady.get("cores/process"),
-            "inference_thread": steady.get("cores/inference"),
-            "of_which_act": steady.get("cores/act"),
-            "training_thread": steady.get("cores/training"),
-            "grpc_and_tf_pools": (
-                round(steady["cores/process"] - steady["cores/inference"] -
-                      steady["cores/training"], 3)
-                if "cores/process" in steady else None),
-        },
-        "actor_time_share": {
-            "env": round(sum(a["env_s"] for a in actors) /
-                         max(sum(busy), 1e-9), 3),
-            "waiting_for_learner_incl_grpc": round(
-                sum(a["learner_wait_s"] for a in actors) /
-                max(sum(busy), 1e-9), 3),
-        },
-        # CPU seconds per wall second of all actor processes over (about)
-        # the learner's window.
-        "actor_cores": round(sum(a["cpu_s"] / max(a["seconds"], 1e-9)
-                                 for a in actors), 3),
-        "window_s": steady.get("window_s"),
-        "gin_bindings": args.gin_bindings,
+      "setup": name,
+      "env": setup["env"],
+      "agent": setup["agent"],
+      "actors": setup["actors"],
+      "envs_per_actor": setup["k"],
+      "cpus": os.cpu_count(),
+      "random_policy_env_steps_per_s": round(random_rate, 1),
+      "system_env_steps_per_s": system,
+      "ratio_system_to_random": round(system / max(random_rate, 1e-9), 3),
+      "learner_steps_per_s": steady.get("learner_steps_per_s"),
+      "learner_cores": {
+        "process": steady.get("cores/process"),
+        "inference_thread": steady.get("cores/inference"),
+        "of_which_act": steady.get("cores/act"),
+        "training_thread": steady.get("cores/training"),
+        "grpc_and_tf_pools": (
+          round(
+            steady["cores/process"]
+            - steady["cores/inference"]
+            - steady["cores/training"],
+            3,
+          )
+          if "cores/process" in steady
+          else None
+        ),
+      },
+      "actor_time_share": {
+        "env": round(sum(a["env_s"] for a in actors) / max(sum(busy), 1e-9), 3),
+        "waiting_for_learner_incl_grpc": round(
+          sum(a["learner_wait_s"] for a in actors) / max(sum(busy), 1e-9), 3
+        ),
+      },
+      # CPU seconds per wall second of all actor processes over (about)
+      # the learner's window.
+      "actor_cores": round(
+        sum(a["cpu_s"] / max(a["seconds"], 1e-9) for a in actors), 3
+      ),
+      "window_s": steady.get("window_s"),
+      "gin_bindings": args.gin_bindings,
     }
     print(json.dumps(out), flush=True)
   return 0

@@ -15,12 +15,20 @@ def configurable_names() -> list:
   # Module-path names shown by their last part, as bindings use them;
   # explicitly named ones ('classic.create_environment') in full.
   names = (name for name, _ in gin.config._REGISTRY.items())  # pylint: disable=protected-access
-  return sorted({name.rsplit(".", 1)[-1] if name.startswith("seed_rl.")
-                 else name for name in names if not name.startswith("gin.")})
+  return sorted(
+    {
+      name.rsplit(".", 1)[-1] if name.startswith("seed_rl.") else name
+      for name in names
+      if not name.startswith("gin.")
+    }
+  )
 
 
-def parse(config_files: Sequence[str], bindings: Sequence[str],
-          skip_unknown: bool = False) -> None:
+def parse(
+  config_files: Sequence[str],
+  bindings: Sequence[str],
+  skip_unknown: bool = False,
+) -> None:
   """Parses gin files then bindings; `__` in bindings means `/` (as SEED).
 
   Raises:
@@ -31,12 +39,14 @@ def parse(config_files: Sequence[str], bindings: Sequence[str],
       raise ValueError(f"gin config file not found: {path}")
   bindings = [b.replace("__", "/") for b in bindings]
   try:
-    gin.parse_config_files_and_bindings(list(config_files), bindings,
-                                        skip_unknown=skip_unknown)
+    gin.parse_config_files_and_bindings(
+      list(config_files), bindings, skip_unknown=skip_unknown
+    )
   except (ValueError, SyntaxError, tokenize.TokenError) as e:
     known = ", ".join(configurable_names())
-    raise ValueError(f"bad gin configuration: {e}\nconfigurables you can "
-                     f"bind: {known}") from None
+    raise ValueError(
+      f"bad gin configuration: {e}\nconfigurables you can bind: {known}"
+    ) from None
 
 
 def write_operative_config(logdir: str) -> str:

@@ -20,36 +20,65 @@ from seed_rl.grpc import security
 
 
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="python -m seed_rl.learner_main",
-                              description=__doc__)
-  p.add_argument("--env", default="classic", help="one of: " +
-                 ", ".join(registry.ENVS))
-  p.add_argument("--agent", default="vtrace", help="one of: " +
-                 ", ".join(registry.AGENTS))
+  p = argparse.ArgumentParser(
+    prog="python -m seed_rl.learner_main", description=__doc__
+  )
+  p.add_argument(
+    "--env", default="classic", help="one of: " + ", ".join(registry.ENVS)
+  )
+  p.add_argument(
+    "--agent", default="vtrace", help="one of: " + ", ".join(registry.AGENTS)
+  )
   p.add_argument("--num_actors", type=int, default=2)
   p.add_argument("--envs_per_actor", type=int, default=16)
-  p.add_argument("--num_eval_actors", type=int, default=0,
-                 help="extra actors (ids after the training ones) whose envs "
-                 "act deterministically and are logged under eval/")
-  p.add_argument("--logdir", default=None,
-                 help="default: runs/<env>-<agent>; resumes if it holds "
-                 "checkpoints")
-  p.add_argument("--server_address", default="localhost:8686",
-                 help="host:port to serve actors on; anything but loopback "
-                 "needs --tls_cert/--tls_key and a token, or --insecure")
-  p.add_argument("--tls_cert", default=None,
-                 help="PEM certificate of this learner (with --tls_key)")
+  p.add_argument(
+    "--num_eval_actors",
+    type=int,
+    default=0,
+    help="extra actors (ids after the training ones) whose envs "
+    "act deterministically and are logged under eval/",
+  )
+  p.add_argument(
+    "--logdir",
+    default=None,
+    help="default: runs/<env>-<agent>; resumes if it holds checkpoints",
+  )
+  p.add_argument(
+    "--server_address",
+    default="localhost:8686",
+    help="host:port to serve actors on; anything but loopback "
+    "needs --tls_cert/--tls_key and a token, or --insecure",
+  )
+  p.add_argument(
+    "--tls_cert",
+    default=None,
+    help="PEM certificate of this learner (with --tls_key)",
+  )
   p.add_argument("--tls_key", default=None, help="PEM private key")
-  p.add_argument("--token_file", default=None,
-                 help=f"file holding the actors' shared token (default: "
-                 f"${security.TOKEN_ENV}); never pass a token as an argument")
-  p.add_argument("--insecure", action="store_true",
-                 help="serve a non-loopback address without TLS or token "
-                 "(trusted networks only; every progress line says so)")
-  p.add_argument("--gin_config", action="append", default=[],
-                 help="extra gin files, after seed_rl/<env>/gin/<agent>.gin")
-  p.add_argument("--gin_bindings", action="append", default=[],
-                 help="e.g. 'VtraceConfig.learning_rate = 1e-3'")
+  p.add_argument(
+    "--token_file",
+    default=None,
+    help=f"file holding the actors' shared token (default: "
+    f"${security.TOKEN_ENV}); never pass a token as an argument",
+  )
+  p.add_argument(
+    "--insecure",
+    action="store_true",
+    help="serve a non-loopback address without TLS or token "
+    "(trusted networks only; every progress line says so)",
+  )
+  p.add_argument(
+    "--gin_config",
+    action="append",
+    default=[],
+    help="extra gin files, after seed_rl/<env>/gin/<agent>.gin",
+  )
+  p.add_argument(
+    "--gin_bindings",
+    action="append",
+    default=[],
+    help="e.g. 'VtraceConfig.learning_rate = 1e-3'",
+  )
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--target_return", type=float, default=None)
   p.add_argument("--max_env_steps", type=int, default=None)
@@ -67,15 +96,17 @@ def main(argv=None) -> int:
     return 2
   try:
     server_security = security.ServerSecurity(
-        args.tls_cert, args.tls_key, security.read_token(args.token_file))
+      args.tls_cert, args.tls_key, security.read_token(args.token_file)
+    )
     server_security.check_address(args.server_address, args.insecure)
     server_security.credentials()  # unreadable files fail now, not later
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   if args.num_actors < 1 or args.envs_per_actor < 1:
-    print("error: --num_actors and --envs_per_actor must be >= 1",
-          file=sys.stderr)
+    print(
+      "error: --num_actors and --envs_per_actor must be >= 1", file=sys.stderr
+    )
     return 2
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # see scripts/setup_env.sh
   # TensorFlow and the agent modules load only now (slow imports).
@@ -93,15 +124,24 @@ def main(argv=None) -> int:
   for name in registry.LEARNER_GIN_MODULES:
     importlib.import_module(name)
   try:
-    gin_utils.parse([registry.gin_file(args.env, args.agent)] +
-                    args.gin_config, args.gin_bindings)
+    gin_utils.parse(
+      [registry.gin_file(args.env, args.agent)] + args.gin_config,
+      args.gin_bindings,
+    )
     config = learner_lib.LearnerConfig()
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  overrides = {k: getattr(args, k) for k in
-               ("target_return", "max_env_steps", "max_learner_steps",
-                "max_seconds") if getattr(args, k) is not None}
+  overrides = {
+    k: getattr(args, k)
+    for k in (
+      "target_return",
+      "max_env_steps",
+      "max_learner_steps",
+      "max_seconds",
+    )
+    if getattr(args, k) is not None
+  }
   config = dataclasses.replace(config, **overrides)
 
   learner_lib.configure_tf_threads(config)
@@ -113,40 +153,58 @@ def main(argv=None) -> int:
   num_envs = num_train_envs + args.num_eval_actors * args.envs_per_actor
   try:
     agent = agent_module.create_agent(
-        stacked_observation_spec(observation_spec, config.frame_stack),
-        action_spec, num_train_envs)
+      stacked_observation_spec(observation_spec, config.frame_stack),
+      action_spec,
+      num_train_envs,
+    )
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
 
   logdir = args.logdir or os.path.join("runs", f"{args.env}-{args.agent}")
-  checkpointer = Checkpointer(os.path.join(logdir, "checkpoints"),
-                              agent.checkpoint_objects())
+  checkpointer = Checkpointer(
+    os.path.join(logdir, "checkpoints"), agent.checkpoint_objects()
+  )
   restored = checkpointer.restore()
   if restored:
-    metrics.log(f"[learner] resumed from {restored}: learner step "
-                f"{int(agent.step_counter.numpy())}, env steps "
-                f"{checkpointer.env_steps:,d} (use another --logdir to start "
-                "fresh)")
+    metrics.log(
+      f"[learner] resumed from {restored}: learner step "
+      f"{int(agent.step_counter.numpy())}, env steps "
+      f"{checkpointer.env_steps:,d} (use another --logdir to start "
+      "fresh)"
+    )
   gin_utils.write_operative_config(logdir)
   writer = metrics.SummaryWriter(logdir)
-  learner = learner_lib.Learner(agent, observation_spec, action_spec,
-                                num_train_envs,
-                                num_envs - num_train_envs, config,
-                                checkpointer, writer)
+  learner = learner_lib.Learner(
+    agent,
+    observation_spec,
+    action_spec,
+    num_train_envs,
+    num_envs - num_train_envs,
+    config,
+    checkpointer,
+    writer,
+  )
   if not security.is_loopback(args.server_address) and not (
-      server_security.tls and server_security.token):
-    learner.banner = (f"INSECURE: {args.server_address} without TLS and "
-                      "token")
-  server = LearnerServer(args.server_address, observation_spec, action_spec,
-                         num_envs, learner, security=server_security,
-                         limits=ValueLimits(config.max_abs_reward,
-                                            config.max_abs_observation))
+    server_security.tls and server_security.token
+  ):
+    learner.banner = f"INSECURE: {args.server_address} without TLS and token"
+  server = LearnerServer(
+    args.server_address,
+    observation_spec,
+    action_spec,
+    num_envs,
+    learner,
+    security=server_security,
+    limits=ValueLimits(config.max_abs_reward, config.max_abs_observation),
+  )
   port = server.start()
-  metrics.log(f"[learner] {args.env}/{args.agent}: serving {num_envs} envs "
-              f"({args.num_actors} actors x {args.envs_per_actor}"
-              f"{f' + {args.num_eval_actors} eval actors' if args.num_eval_actors else ''})"
-              f" on port {port}; logdir {logdir}")
+  metrics.log(
+    f"[learner] {args.env}/{args.agent}: serving {num_envs} envs "
+    f"({args.num_actors} actors x {args.envs_per_actor}"
+    f"{f' + {args.num_eval_actors} eval actors' if args.num_eval_actors else ''})"
+    f" on port {port}; logdir {logdir}"
+  )
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())
@@ -156,8 +214,9 @@ def main(argv=None) -> int:
     server.stop(0)
   gin_utils.write_operative_config(logdir)
   _write_result(logdir, reason, learner, config)
-  metrics.log(f"[learner] finished ({reason}); checkpoint in "
-              f"{checkpointer.directory}")
+  metrics.log(
+    f"[learner] finished ({reason}); checkpoint in {checkpointer.directory}"
+  )
   return 0
 
 
@@ -165,23 +224,26 @@ def _write_result(logdir, reason, learner, config) -> None:
   """`<logdir>/result.json`: how the run ended (read by benchmarks)."""
   import json  # pylint: disable=g-import-not-at-top
   from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
+
   recent = learner.episodes.recent_mean()
   result = {
-      "reason": reason,
-      "env_steps": int(learner.env_steps),
-      "learner_steps": int(learner.agent.step_counter.numpy()),
-      "episodes": learner.episodes.episodes,
-      "final_return": recent,
-      # Reached the target at some point of the run (the mean may dip
-      # below it again before shutdown).
-      "solved": learner.solved_at_s is not None,
-      "solved_at_s": learner.solved_at_s,
-      # TF's own threads run ops for both roles; thread_time counts only the
-      # Python thread that called in, so 'process' is the honest total.
-      "cpu_s": {**{k: round(v, 2) for k, v in learner.cpu_seconds.items()},
-                "process": round(time.process_time(), 2)},
-      "batches": learner.batches_run,
-      "steady_state": metrics.steady_state(learner.ticks),
+    "reason": reason,
+    "env_steps": int(learner.env_steps),
+    "learner_steps": int(learner.agent.step_counter.numpy()),
+    "episodes": learner.episodes.episodes,
+    "final_return": recent,
+    # Reached the target at some point of the run (the mean may dip
+    # below it again before shutdown).
+    "solved": learner.solved_at_s is not None,
+    "solved_at_s": learner.solved_at_s,
+    # TF's own threads run ops for both roles; thread_time counts only the
+    # Python thread that called in, so 'process' is the honest total.
+    "cpu_s": {
+      **{k: round(v, 2) for k, v in learner.cpu_seconds.items()},
+      "process": round(time.process_time(), 2),
+    },
+    "batches": learner.batches_run,
+    "steady_state": metrics.steady_state(learner.ticks),
   }
   tmp = os.path.join(logdir, ".result.json.tmp")
   with open(tmp, "w") as f:

@@ -32,7 +32,10 @@ ACTOR_CONFIG_ERROR = 2
 MAX_ACTOR_RESTARTS_PER_MINUTE = 10
 
 DEFAULTS = {  # what `./run_local.sh` with no arguments runs
-    "env": "classic", "agent": "vtrace", "num_actors": 2, "envs_per_actor": 16,
+  "env": "classic",
+  "agent": "vtrace",
+  "num_actors": 2,
+  "envs_per_actor": 16,
 }
 
 
@@ -68,26 +71,44 @@ def _forwarded(extra: List[str], names) -> List[str]:
 
 
 def build_parser(flags_only: bool = False) -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="python -m seed_rl.train",
-                              description=__doc__,
-                              formatter_class=argparse.RawTextHelpFormatter)
+  p = argparse.ArgumentParser(
+    prog="python -m seed_rl.train",
+    description=__doc__,
+    formatter_class=argparse.RawTextHelpFormatter,
+  )
   if not flags_only:
-    p.add_argument("env", nargs="?", default=DEFAULTS["env"],
-                   help=f"one of {', '.join(registry.ENVS)}")
-    p.add_argument("agent", nargs="?", default=DEFAULTS["agent"],
-                   help=f"one of {', '.join(registry.AGENTS)}")
-    p.add_argument("num_actors", nargs="?", type=int,
-                   default=DEFAULTS["num_actors"])
-    p.add_argument("envs_per_actor", nargs="?", type=int,
-                   default=DEFAULTS["envs_per_actor"])
+    p.add_argument(
+      "env",
+      nargs="?",
+      default=DEFAULTS["env"],
+      help=f"one of {', '.join(registry.ENVS)}",
+    )
+    p.add_argument(
+      "agent",
+      nargs="?",
+      default=DEFAULTS["agent"],
+      help=f"one of {', '.join(registry.AGENTS)}",
+    )
+    p.add_argument(
+      "num_actors", nargs="?", type=int, default=DEFAULTS["num_actors"]
+    )
+    p.add_argument(
+      "envs_per_actor", nargs="?", type=int, default=DEFAULTS["envs_per_actor"]
+    )
   p.add_argument("--num_eval_actors", type=int, default=0)
-  p.add_argument("--tensorboard", action="store_true",
-                 help="also start TensorBoard on --tensorboard_port")
+  p.add_argument(
+    "--tensorboard",
+    action="store_true",
+    help="also start TensorBoard on --tensorboard_port",
+  )
   p.add_argument("--tensorboard_port", type=int, default=6006)
   p.add_argument("--port", type=int, default=0, help="0 picks a free port")
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--actor_stats_dir", default=None,
-                 help="actors write throughput stats (JSON) here every 5 s")
+  p.add_argument(
+    "--actor_stats_dir",
+    default=None,
+    help="actors write throughput stats (JSON) here every 5 s",
+  )
   return p
 
 
@@ -101,7 +122,8 @@ def main(argv=None) -> int:
     npos += 1
   args = build_parser().parse_args(argv[:npos])
   _, extra = build_parser(flags_only=True).parse_known_args(
-      argv[npos:], namespace=args)
+    argv[npos:], namespace=args
+  )
   try:
     registry.check_pair(args.env, args.agent)
   except ValueError as e:
@@ -117,12 +139,25 @@ def main(argv=None) -> int:
   py = sys.executable
   gin_args = ["--gin_config", registry.gin_file(args.env, args.agent)]
   gin_args += _forwarded(extra, ("--gin_config", "--gin_bindings"))
-  learner_cmd = [py, "-m", "seed_rl.learner_main", "--env", args.env,
-                 "--agent", args.agent, "--num_actors", str(args.num_actors),
-                 "--envs_per_actor", str(args.envs_per_actor),
-                 "--num_eval_actors", str(args.num_eval_actors),
-                 "--server_address", f"localhost:{port}", "--seed",
-                 str(args.seed)] + extra
+  learner_cmd = [
+    py,
+    "-m",
+    "seed_rl.learner_main",
+    "--env",
+    args.env,
+    "--agent",
+    args.agent,
+    "--num_actors",
+    str(args.num_actors),
+    "--envs_per_actor",
+    str(args.envs_per_actor),
+    "--num_eval_actors",
+    str(args.num_eval_actors),
+    "--server_address",
+    f"localhost:{port}",
+    "--seed",
+    str(args.seed),
+  ] + extra
   procs = []
 
   def spawn(cmd, name):
@@ -139,21 +174,58 @@ def main(argv=None) -> int:
   signal.signal(signal.SIGTERM, on_signal)
   spawn(learner_cmd, "learner")
   for i in range(args.num_actors + args.num_eval_actors):
-    spawn([py, "-m", "seed_rl.actors.main", "--env", args.env,
-           "--actor_id", str(i), "--num_envs", str(args.envs_per_actor),
-           "--server_address", address, "--seed", str(args.seed)] + gin_args +
-          (["--stats_file", os.path.join(args.actor_stats_dir,
-                                         f"actor_{i}.json"),
-            "--log_interval_s", "5"] if args.actor_stats_dir else []),
-          f"actor {i}")
+    spawn(
+      [
+        py,
+        "-m",
+        "seed_rl.actors.main",
+        "--env",
+        args.env,
+        "--actor_id",
+        str(i),
+        "--num_envs",
+        str(args.envs_per_actor),
+        "--server_address",
+        address,
+        "--seed",
+        str(args.seed),
+      ]
+      + gin_args
+      + (
+        [
+          "--stats_file",
+          os.path.join(args.actor_stats_dir, f"actor_{i}.json"),
+          "--log_interval_s",
+          "5",
+        ]
+        if args.actor_stats_dir
+        else []
+      ),
+      f"actor {i}",
+    )
   if args.tensorboard:
     logdir = _forwarded(extra, ("--logdir",))
-    logdir = (logdir[-1].split("=", 1)[-1] if logdir else
-              os.path.join("runs", f"{args.env}-{args.agent}"))
-    spawn([py, "-m", "tensorboard.main", "--logdir", logdir, "--port",
-           str(args.tensorboard_port)], "tensorboard")
-    print(f"[launcher] TensorBoard: http://localhost:{args.tensorboard_port}",
-          flush=True)
+    logdir = (
+      logdir[-1].split("=", 1)[-1]
+      if logdir
+      else os.path.join("runs", f"{args.env}-{args.agent}")
+    )
+    spawn(
+      [
+        py,
+        "-m",
+        "tensorboard.main",
+        "--logdir",
+        logdir,
+        "--port",
+        str(args.tensorboard_port),
+      ],
+      "tensorboard",
+    )
+    print(
+      f"[launcher] TensorBoard: http://localhost:{args.tensorboard_port}",
+      flush=True,
+    )
 
   learner = procs[0][1]
   code = None
@@ -168,22 +240,33 @@ def main(argv=None) -> int:
         if rc in (None, 0) or not name.startswith("actor"):
           continue
         if rc == ACTOR_CONFIG_ERROR:
-          print(f"[launcher] {name} was refused by the learner (exit {rc}); "
-                "stopping", file=sys.stderr, flush=True)
+          print(
+            f"[launcher] {name} was refused by the learner (exit {rc}); "
+            "stopping",
+            file=sys.stderr,
+            flush=True,
+          )
           stopping.append(rc)
           break
         now = time.monotonic()
         restarts[:] = [t for t in restarts if now - t < 60] + [now]
         if len(restarts) > MAX_ACTOR_RESTARTS_PER_MINUTE:
-          print(f"[launcher] {name} exited with code {rc}; more than "
-                f"{MAX_ACTOR_RESTARTS_PER_MINUTE} actor restarts in a minute, "
-                "stopping", file=sys.stderr, flush=True)
+          print(
+            f"[launcher] {name} exited with code {rc}; more than "
+            f"{MAX_ACTOR_RESTARTS_PER_MINUTE} actor restarts in a minute, "
+            "stopping",
+            file=sys.stderr,
+            flush=True,
+          )
           stopping.append(rc)
           break
         # The learner keeps serving the other actors; the restarted one draws
         # new run ids, so the learner resets its envs' state and unrolls.
-        print(f"[launcher] {name} exited with code {rc}; restarting it",
-              file=sys.stderr, flush=True)
+        print(
+          f"[launcher] {name} exited with code {rc}; restarting it",
+          file=sys.stderr,
+          flush=True,
+        )
         new = subprocess.Popen(proc.args, preexec_fn=die_with_parent)
         procs[i] = (name, new)
         print(f"[launcher] restarted {name} (pid {new.pid})", flush=True)

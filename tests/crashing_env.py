@@ -8,7 +8,6 @@ import gymnasium as gym
 
 
 class CrashOnce(gym.Wrapper):
-
   def __init__(self, env, crash_after: int):
     super().__init__(env)
     self._steps = 0

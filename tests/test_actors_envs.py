@@ -92,8 +92,7 @@ def _reference_rollout(env_id, max_episode_steps, seeds, actions):
   and for t >= 1 reward, terminated, truncated [K] and final observations of
   truncated envs in env order.
   """
-  envs = [gym.make(env_id, max_episode_steps=max_episode_steps)
-          for _ in seeds]
+  envs = [gym.make(env_id, max_episode_steps=max_episode_steps) for _ in seeds]
   obs = [env.reset(seed=s)[0] for env, s in zip(envs, seeds)]
   steps = [dict(observation=np.array(obs, np.float32))]
   for step_actions in actions:
@@ -109,11 +108,15 @@ def _reference_rollout(env_id, max_episode_steps, seeds, actions):
       rewards.append(r)
       terms.append(term)
       truncs.append(trunc)
-    steps.append(dict(
+    steps.append(
+      dict(
         observation=np.array(obs, np.float32),
         reward=np.array(rewards, np.float32),
-        terminated=np.array(terms), truncated=np.array(truncs),
-        final_observation=np.array(finals, np.float32).reshape(-1, 4)))
+        terminated=np.array(terms),
+        truncated=np.array(truncs),
+        final_observation=np.array(finals, np.float32).reshape(-1, 4),
+      )
+    )
   for env in envs:
     env.close()
   return steps
@@ -137,8 +140,9 @@ def test_spec_from_discrete_space():
 
 
 def test_spec_from_box_spaces():
-  box = gym.spaces.Box(np.array([-1.0, -np.inf]), np.array([2.0, np.inf]),
-                       dtype=np.float64)
+  box = gym.spaces.Box(
+    np.array([-1.0, -np.inf]), np.array([2.0, np.inf]), dtype=np.float64
+  )
   spec = spec_from_space(box, "observation")
   assert spec.dtype == "float32" and spec.shape == (2,)
   np.testing.assert_array_equal(spec.minimum, [-1.0, -np.inf])
@@ -149,12 +153,15 @@ def test_spec_from_box_spaces():
   assert image.dtype == "uint8" and image.maximum.max() == 255
 
 
-@pytest.mark.parametrize("space", [
+@pytest.mark.parametrize(
+  "space",
+  [
     gym.spaces.Dict({"a": gym.spaces.Discrete(2)}),
     gym.spaces.Tuple((gym.spaces.Discrete(2),)),
     gym.spaces.MultiDiscrete([2, 3]),
     gym.spaces.MultiBinary(4),
-])
+  ],
+)
 def test_spec_from_unsupported_space_says_what_is_supported(space):
   with pytest.raises(ValueError, match="supported spaces are Discrete and Box"):
     spec_from_space(space, "observation")
@@ -167,11 +174,12 @@ def test_spec_from_unsupported_space_says_what_is_supported(space):
 def test_classic_env_matches_reference_autoreset(parallel):
   num_envs, num_steps, seed, limit = 4, 40, 11, 10
   actions = _cartpole_actions(num_steps, num_envs)
-  reference = _reference_rollout("CartPole-v1", limit,
-                                 [seed + i for i in range(num_envs)], actions)
-  with classic_env.create_environment(num_envs, seed,
-                                      max_episode_steps=limit,
-                                      parallel=parallel, num_workers=2) as env:
+  reference = _reference_rollout(
+    "CartPole-v1", limit, [seed + i for i in range(num_envs)], actions
+  )
+  with classic_env.create_environment(
+    num_envs, seed, max_episode_steps=limit, parallel=parallel, num_workers=2
+  ) as env:
     assert env.observation_spec.shape == (4,)
     assert env.action_spec.num_values == 2
     obs = env.reset()
@@ -189,8 +197,9 @@ def test_classic_env_matches_reference_autoreset(parallel):
       np.testing.assert_array_equal(result.truncated, ref["truncated"])
       assert not (result.terminated & result.truncated).any()
       assert result.final_observation.shape == (result.truncated.sum(), 4)
-      np.testing.assert_array_equal(result.final_observation,
-                                    ref["final_observation"])
+      np.testing.assert_array_equal(
+        result.final_observation, ref["final_observation"]
+      )
       saw_term |= bool(result.terminated.any())
       saw_trunc |= bool(result.truncated.any())
     assert saw_term and saw_trunc, "rollout must exercise both episode ends"
@@ -218,20 +227,25 @@ def test_truncation_only_and_first_observation_of_next_episode():
 def test_episode_tracker_against_hand_computed_returns():
   tracker = EpisodeTracker(3)
   steps = [
-      # reward, terminated, truncated
-      ([1.0, 2.0, 0.5], [False, False, False], [False, False, False]),
-      ([1.0, -1.0, 0.5], [True, False, False], [False, False, False]),
-      ([3.0, 1.0, 0.5], [False, False, True], [False, True, False]),
-      ([1.0, 1.0, 1.0], [True, True, False], [False, False, False]),
+    # reward, terminated, truncated
+    ([1.0, 2.0, 0.5], [False, False, False], [False, False, False]),
+    ([1.0, -1.0, 0.5], [True, False, False], [False, False, False]),
+    ([3.0, 1.0, 0.5], [False, False, True], [False, True, False]),
+    ([1.0, 1.0, 1.0], [True, True, False], [False, False, False]),
   ]
   ended = []
   for reward, term, trunc in steps:
-    returns, lengths = tracker.update(np.array(reward, np.float32),
-                                      np.array(term), np.array(trunc))
+    returns, lengths = tracker.update(
+      np.array(reward, np.float32), np.array(term), np.array(trunc)
+    )
     assert returns.dtype == np.float32 and lengths.dtype == np.int32
     ended.append((returns.tolist(), lengths.tolist()))
-  assert ended == [([], []), ([2.0], [2]), ([2.0, 1.5], [3, 3]),
-                   ([4.0, 1.0], [2, 1])]
+  assert ended == [
+    ([], []),
+    ([2.0], [2]),
+    ([2.0, 1.5], [3, 3]),
+    ([4.0, 1.0], [2, 1]),
+  ]
 
 
 # ------------------------------------------------------------- subprocesses
@@ -308,8 +322,13 @@ def test_subprocess_workers_die_with_parent():
       print(' '.join(map(str, env.worker_pids)), flush=True)
       os.kill(os.getpid(), signal.SIGKILL)
   """)
-  proc = subprocess.run([sys.executable, "-c", script], cwd=REPO,
-                        capture_output=True, text=True, timeout=60)
+  proc = subprocess.run(
+    [sys.executable, "-c", script],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
   assert proc.returncode == -signal.SIGKILL, proc.stderr
   pids = [int(p) for p in proc.stdout.split()]
   assert len(pids) == 2
@@ -318,15 +337,32 @@ def test_subprocess_workers_die_with_parent():
 
 def test_actor_main_sigterm_closes_workers():
   proc = subprocess.Popen(
-      [sys.executable, "-m", "seed_rl.actors.main", "--env", "classic",
-       "--actor_id", "0", "--num_envs", "4",
-       # Nothing listens here: the actor waits in Hello, as before a learner
-       # comes up.
-       "--server_address", "localhost:1",
-       "--gin_bindings", "classic.create_environment.parallel = 'subprocess'",
-       "--gin_bindings", "classic.create_environment.num_workers = 2",
-       "--gin_bindings", "VtraceConfig.learning_rate = 0.1"],
-      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    [
+      sys.executable,
+      "-m",
+      "seed_rl.actors.main",
+      "--env",
+      "classic",
+      "--actor_id",
+      "0",
+      "--num_envs",
+      "4",
+      # Nothing listens here: the actor waits in Hello, as before a learner
+      # comes up.
+      "--server_address",
+      "localhost:1",
+      "--gin_bindings",
+      "classic.create_environment.parallel = 'subprocess'",
+      "--gin_bindings",
+      "classic.create_environment.num_workers = 2",
+      "--gin_bindings",
+      "VtraceConfig.learning_rate = 0.1",
+    ],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
   try:
     deadline = time.monotonic() + 30
     children = set()
@@ -352,9 +388,9 @@ def test_actor_main_sigterm_closes_workers():
 def test_atari_adapter_pong_shapes_and_semantics():
   # 800 frames = 200 agent steps per episode; no-op starts off so that every
   # episode starts from the same frame.
-  with atari_env.create_environment(4, 0, game="pong", noop_max=0,
-                                    max_num_frames_per_episode=800,
-                                    num_threads=2) as env:
+  with atari_env.create_environment(
+    4, 0, game="pong", noop_max=0, max_num_frames_per_episode=800, num_threads=2
+  ) as env:
     assert env.observation_spec.shape == (84, 84)
     assert env.observation_spec.dtype == "uint8"
     assert env.action_spec.num_values == 6
@@ -372,8 +408,9 @@ def test_atari_adapter_pong_shapes_and_semantics():
       assert not (result.terminated & result.truncated).any()
       assert result.final_observation.shape == (result.truncated.sum(), 84, 84)
       rewards.append(result.reward)
-      _, ended = tracker.update(result.reward, result.terminated,
-                                result.truncated)
+      _, ended = tracker.update(
+        result.reward, result.terminated, result.truncated
+      )
       lengths.extend(ended.tolist())
       for i in np.flatnonzero(result.truncated):
         np.testing.assert_array_equal(result.observation[i], first[i])
@@ -391,6 +428,7 @@ def test_atari_is_reproducible_per_seed():
       for t in range(30):
         out.append(env.step(np.full(2, t % 6, np.int32)).observation)
       return np.stack(out)
+
   np.testing.assert_array_equal(frames(3), frames(3))
 
 
@@ -433,8 +471,9 @@ class CorridorEnv(dm_env.Environment):
     return dm_env.transition(0.0, self._observation())
 
   def observation_spec(self):
-    return specs.BoundedArray((1,), np.float64, 0.0, float(self._length),
-                              name="position")
+    return specs.BoundedArray(
+      (1,), np.float64, 0.0, float(self._length), name="position"
+    )
 
   def action_spec(self):
     if self._signed:
@@ -453,8 +492,11 @@ def test_dm_env_adapter_termination_and_truncation():
   obs, _ = env.reset(seed=0)
   np.testing.assert_array_equal(obs, [0.0])
   outcomes = [env.step(1)[1:4] for _ in range(3)]
-  assert outcomes == [(0.0, False, False), (0.0, False, False),
-                      (1.0, True, False)]
+  assert outcomes == [
+    (0.0, False, False),
+    (0.0, False, False),
+    (1.0, True, False),
+  ]
   with pytest.raises(RuntimeError, match="reset"):
     env.step(1)
   env.reset()
@@ -465,11 +507,11 @@ def test_dm_env_adapter_termination_and_truncation():
 
 def test_dm_env_spaces():
   assert space_from_dm_spec(specs.DiscreteArray(4), "a") == gym.spaces.Discrete(
-      4)
+    4
+  )
   signed = space_from_dm_spec(specs.BoundedArray((), np.int64, -1, 1), "a")
   assert signed == gym.spaces.Discrete(3, start=-1)
-  box = space_from_dm_spec(specs.BoundedArray((2,), np.float32, -2.0, 2.0),
-                           "a")
+  box = space_from_dm_spec(specs.BoundedArray((2,), np.float32, -2.0, 2.0), "a")
   assert box.shape == (2,) and box.low.min() == -2.0 and box.high.max() == 2.0
   free = space_from_dm_spec(specs.Array((3,), np.float64), "o")
   assert np.isinf(free.low).all()
@@ -485,8 +527,8 @@ def test_dm_env_through_classic_factory():
   # The signed corridor shifts actions: learner action a -> env move a - 1.
   factory = f"{__name__}:make_corridor"
   with classic_env.create_environment(
-      2, 0, env_id=factory, env_kwargs={"length": 2, "limit": 3,
-                                        "signed": True}) as env:
+    2, 0, env_id=factory, env_kwargs={"length": 2, "limit": 3, "signed": True}
+  ) as env:
     assert env.observation_spec.dtype == "float32"
     assert env.action_spec.num_values == 3
     env.reset()
@@ -549,18 +591,27 @@ def test_env_runner_terminated_wins_over_truncated():
   assert runner.observation_spec.num_values == 4
   assert runner.reset(seed=0) == 0  # Discrete observations start at 0
   obs, reward, terminated, truncated, final = runner.step(np.int32(1))
-  assert (obs, reward, terminated, truncated, final) == (0, 1.0, True, False,
-                                                         None)
+  assert (obs, reward, terminated, truncated, final) == (
+    0,
+    1.0,
+    True,
+    False,
+    None,
+  )
 
 
 def test_gin_binding_names_select_the_env():
   gin.clear_config()
   try:
-    gin.parse_config_files_and_bindings([], [
+    gin.parse_config_files_and_bindings(
+      [],
+      [
         "classic.create_environment.env_id = 'Acrobot-v1'",
         "atari.create_environment.game = 'breakout'",
         "UnknownLearnerThing.value = 3",
-    ], skip_unknown=True)
+      ],
+      skip_unknown=True,
+    )
     with classic_env.create_environment(1, 0) as env:
       assert env.observation_spec.shape == (6,)
       assert env.action_spec.num_values == 3
@@ -588,8 +639,9 @@ def test_mujoco_env_specs_and_step():
     env.reset()
     result = env.step(np.full((2, 6), 3.0, np.float32))  # clipped, no error
     assert result.observation.dtype == np.float32
-  with mujoco_env.create_environment(1, 0, env_id="Pendulum-v1",
-                                     max_episode_steps=2) as env:
+  with mujoco_env.create_environment(
+    1, 0, env_id="Pendulum-v1", max_episode_steps=2
+  ) as env:
     env.reset()
     env.step(np.zeros((1, 1), np.float32))
     result = env.step(np.zeros((1, 1), np.float32))
@@ -610,8 +662,9 @@ def test_mujoco_rejects_discrete_and_unknown():
 class FakeClient:
   """ActorClient stand-in: records batches, answers with `policy`."""
 
-  def __init__(self, address, actor_id, num_envs, observation_spec,
-               action_spec, policy):
+  def __init__(
+    self, address, actor_id, num_envs, observation_spec, action_spec, policy
+  ):
     self.address, self.actor_id, self.num_envs = address, actor_id, num_envs
     self.observation_spec, self.action_spec = observation_spec, action_spec
     self.policy = policy
@@ -654,8 +707,15 @@ class SpyEnv(BatchedEnv):
     self.inner.close()
 
 
-def _run(policy, num_envs=3, actor_id=1, seed=100, max_steps=12,
-         stop_event=None, limit=5):
+def _run(
+  policy,
+  num_envs=3,
+  actor_id=1,
+  seed=100,
+  max_steps=12,
+  stop_event=None,
+  limit=5,
+):
   clients, envs = [], []
 
   def client_factory(*args):
@@ -663,15 +723,22 @@ def _run(policy, num_envs=3, actor_id=1, seed=100, max_steps=12,
     return clients[-1]
 
   def env_factory(n, s):
-    envs.append(SpyEnv(classic_env.create_environment(
-        n, s, max_episode_steps=limit), s))
+    envs.append(
+      SpyEnv(classic_env.create_environment(n, s, max_episode_steps=limit), s)
+    )
     return envs[-1]
 
   try:
-    summary = actor_lib.run_actor("fake:0", actor_id, num_envs, env_factory,
-                                  seed, max_steps=max_steps,
-                                  stop_event=stop_event,
-                                  client_factory=client_factory)
+    summary = actor_lib.run_actor(
+      "fake:0",
+      actor_id,
+      num_envs,
+      env_factory,
+      seed,
+      max_steps=max_steps,
+      stop_event=stop_event,
+      client_factory=client_factory,
+    )
   finally:
     assert envs and envs[0].closed
     if clients:
@@ -682,8 +749,9 @@ def _run(policy, num_envs=3, actor_id=1, seed=100, max_steps=12,
 def test_actor_loop_sends_seed_step_batches():
   num_envs, actor_id, seed, steps = 3, 1, 100, 12
   actions = _cartpole_actions(steps, num_envs)
-  summary, client, env = _run(lambda t, batch: actions[t], num_envs, actor_id,
-                              seed, steps)
+  summary, client, env = _run(
+    lambda t, batch: actions[t], num_envs, actor_id, seed, steps
+  )
   seeds = [seed + actor_id * num_envs + i for i in range(num_envs)]
   assert env.seed == seeds[0]
   reference = _reference_rollout("CartPole-v1", 5, seeds, actions)
@@ -712,8 +780,9 @@ def test_actor_loop_sends_seed_step_batches():
     np.testing.assert_array_equal(batch.reward, ref["reward"])
     np.testing.assert_array_equal(batch.terminated, ref["terminated"])
     np.testing.assert_array_equal(batch.truncated, ref["truncated"])
-    np.testing.assert_array_equal(batch.final_observation,
-                                  ref["final_observation"])
+    np.testing.assert_array_equal(
+      batch.final_observation, ref["final_observation"]
+    )
     returns += ref["reward"]
     lengths += 1
     ended = ref["terminated"] | ref["truncated"]
@@ -727,12 +796,15 @@ def test_actor_loop_sends_seed_step_batches():
   assert summary.episodes >= episodes
 
 
-@pytest.mark.parametrize("bad, message", [
+@pytest.mark.parametrize(
+  "bad, message",
+  [
     (np.zeros(3, np.int64), "dtype int64, expected int32"),
     (np.zeros((3, 1), np.int32), r"shape \[3, 1\], expected \[3\]"),
     (np.array([0, 2, 1], np.int32), r"values \[2\] outside \[0, 2\)"),
     ([0, 1, 0], "expected a numpy array"),
-])
+  ],
+)
 def test_actor_rejects_bad_learner_actions(bad, message):
   with pytest.raises(ValueError, match=message):
     _run(lambda t, batch: bad)
@@ -768,7 +840,6 @@ def test_actor_closes_env_when_handshake_fails():
   envs = []
 
   class RejectingClient(FakeClient):
-
     def connect(self):
       raise SpecMismatchError("observation_spec.shape: learner [8], actor [4]")
 
@@ -778,8 +849,13 @@ def test_actor_closes_env_when_handshake_fails():
 
   with pytest.raises(SpecMismatchError, match="observation_spec.shape"):
     actor_lib.run_actor(
-        "fake:0", 0, 2, env_factory, 0,
-        client_factory=lambda *args: RejectingClient(*args, policy=None))
+      "fake:0",
+      0,
+      2,
+      env_factory,
+      0,
+      client_factory=lambda *args: RejectingClient(*args, policy=None),
+    )
   assert envs[0].closed
 
 
@@ -789,8 +865,11 @@ def test_subprocess_build_failure_in_one_worker_stops_the_others(capfd):
   env_fn = GymEnvFn(f"{__name__}:make_fails_in_worker_1")
   with pytest.raises(EnvWorkerError, match="env 3 .*construction"):
     SubprocessBatchedEnv(env_fn, 4, seed=0, num_workers=2)
-  assert not [p for p in multiprocessing.active_children()
-              if p.name.startswith("seed_rl-env-worker")]
+  assert not [
+    p
+    for p in multiprocessing.active_children()
+    if p.name.startswith("seed_rl-env-worker")
+  ]
   assert "Traceback" not in capfd.readouterr().err
 
 
@@ -799,7 +878,9 @@ _builds = []
 
 def make_fails_in_worker_1():
   _builds.append(None)  # counted per process: each worker builds 2 envs
-  if (multiprocessing.current_process().name == "seed_rl-env-worker-1" and
-      len(_builds) == 2):
+  if (
+    multiprocessing.current_process().name == "seed_rl-env-worker-1"
+    and len(_builds) == 2
+  ):
     raise RuntimeError("cannot build this env")
   return gym.make("CartPole-v1")

@@ -25,23 +25,25 @@ def make_unroll(b=2, action_spec=DISCRETE, first_env=0, core_state=()):
   t1 = T + 1
   steps = np.arange(b * t1, dtype=np.float32).reshape(b, t1)
   return Unroll(
-      env_ids=np.arange(first_env, first_env + b, dtype=np.int32),
-      observation=np.zeros((b, t1) + OBS.shape, np.float32) + steps[..., None],
-      reward=steps.copy(),
-      terminated=np.zeros((b, t1), bool),
-      truncated=np.zeros((b, t1), bool),
-      bootstrap_value=np.zeros((b, t1), np.float32),
-      prev_action=np.zeros((b, t1) + action_spec.shape, action_spec.dtype),
-      action=np.ones((b, t1) + action_spec.shape, action_spec.dtype),
-      value=steps.copy(),
-      extras={"log_prob": steps.copy()},
-      core_state=core_state,
-      policy_version=np.zeros((b, t1), np.int64))
+    env_ids=np.arange(first_env, first_env + b, dtype=np.int32),
+    observation=np.zeros((b, t1) + OBS.shape, np.float32) + steps[..., None],
+    reward=steps.copy(),
+    terminated=np.zeros((b, t1), bool),
+    truncated=np.zeros((b, t1), bool),
+    bootstrap_value=np.zeros((b, t1), np.float32),
+    prev_action=np.zeros((b, t1) + action_spec.shape, action_spec.dtype),
+    action=np.ones((b, t1) + action_spec.shape, action_spec.dtype),
+    value=steps.copy(),
+    extras={"log_prob": steps.copy()},
+    core_state=core_state,
+    policy_version=np.zeros((b, t1), np.int64),
+  )
 
 
 def check(unroll, **kwargs):
-  agent_api.check_unroll(unroll, T, OBS, kwargs.pop("action_spec", DISCRETE),
-                         **kwargs)
+  agent_api.check_unroll(
+    unroll, T, OBS, kwargs.pop("action_spec", DISCRETE), **kwargs
+  )
 
 
 # ---------------------------------------------------------------- unrolls
@@ -55,26 +57,50 @@ def test_check_unroll_accepts_a_well_formed_unroll():
   check(make_unroll(b=0))
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("observation", np.zeros((2, 5, 4), np.float32),
-     r"Unroll.observation: shape \[2, 5, 4\], expected \[2, 5, 3\] "
-     r"\(batch 2, unroll_length \+ 1 = 5\)"),
-    ("observation", np.zeros((2, 5, 3), np.float64),
-     "Unroll.observation: dtype float64, expected float32"),
-    ("prev_action", np.zeros((2, 5), np.int64),
-     "Unroll.prev_action: dtype int64, expected int32"),
-    ("action", np.zeros((2, 4), np.int32),
-     r"Unroll.action: shape \[2, 4\], expected \[2, 5\]"),
-    ("action", np.full((2, 5), 4, np.int32),
-     r"Unroll.action: values must lie in \[0, 4\), got range \[4, 4\]"),
+@pytest.mark.parametrize(
+  "field,value,match",
+  [
+    (
+      "observation",
+      np.zeros((2, 5, 4), np.float32),
+      r"Unroll.observation: shape \[2, 5, 4\], expected \[2, 5, 3\] "
+      r"\(batch 2, unroll_length \+ 1 = 5\)",
+    ),
+    (
+      "observation",
+      np.zeros((2, 5, 3), np.float64),
+      "Unroll.observation: dtype float64, expected float32",
+    ),
+    (
+      "prev_action",
+      np.zeros((2, 5), np.int64),
+      "Unroll.prev_action: dtype int64, expected int32",
+    ),
+    (
+      "action",
+      np.zeros((2, 4), np.int32),
+      r"Unroll.action: shape \[2, 4\], expected \[2, 5\]",
+    ),
+    (
+      "action",
+      np.full((2, 5), 4, np.int32),
+      r"Unroll.action: values must lie in \[0, 4\), got range \[4, 4\]",
+    ),
     ("reward", np.zeros((2, 6), np.float32), r"Unroll.reward: shape \[2, 6\]"),
     ("value", np.zeros((2,), np.float32), r"Unroll.value: shape \[2\]"),
-    ("policy_version", np.zeros((3, 5), np.int64),
-     "Unroll.policy_version: shape"),
-    ("terminated", np.zeros((2, 5), np.int32),
-     "Unroll.terminated: dtype int32, expected bool"),
+    (
+      "policy_version",
+      np.zeros((3, 5), np.int64),
+      "Unroll.policy_version: shape",
+    ),
+    (
+      "terminated",
+      np.zeros((2, 5), np.int32),
+      "Unroll.terminated: dtype int32, expected bool",
+    ),
     ("env_ids", np.zeros((2, 1), np.int32), r"Unroll.env_ids: shape \[2, 1\]"),
-])
+  ],
+)
 def test_check_unroll_names_the_bad_field(field, value, match):
   unroll = dataclasses.replace(make_unroll(), **{field: value})
   with pytest.raises(ValueError, match=match):
@@ -84,17 +110,18 @@ def test_check_unroll_names_the_bad_field(field, value, match):
 def test_check_unroll_extras_and_core_state():
   with pytest.raises(ValueError, match=r"lacks 'logits' .* has \['log_prob'\]"):
     check(make_unroll(), required_extras={"logits": (4,)})
-  with pytest.raises(ValueError,
-                     match=r"Unroll.extras\['log_prob'\]: shape \[2, 5\], "
-                     r"expected \[2, 5, 2\]"):
+  with pytest.raises(
+    ValueError,
+    match=r"Unroll.extras\['log_prob'\]: shape \[2, 5\], "
+    r"expected \[2, 5, 2\]",
+  ):
     check(make_unroll(), required_extras={"log_prob": (2,)})
   with pytest.raises(ValueError, match="core_state has 0 arrays, expected 2"):
     check(make_unroll(), core_state_shapes=[(5,), (5,)])
   with pytest.raises(ValueError, match="core_state has 1 arrays, expected 0"):
     check(make_unroll(core_state=(np.zeros([2, 5]),)))
   with pytest.raises(ValueError, match=r"core_state\[0\]: shape \[2, 6\]"):
-    check(make_unroll(core_state=(np.zeros([2, 6]),)),
-          core_state_shapes=[(5,)])
+    check(make_unroll(core_state=(np.zeros([2, 6]),)), core_state_shapes=[(5,)])
 
 
 def test_unroll_rows_by_slice_and_mask():
@@ -104,8 +131,9 @@ def test_unroll_rows_by_slice_and_mask():
   assert np.shares_memory(part.observation, unroll.observation)
   picked = agent_api.unroll_rows(unroll, np.array([True, False, True]))
   assert picked.env_ids.tolist() == [0, 2]
-  np.testing.assert_array_equal(picked.extras["log_prob"],
-                                unroll.extras["log_prob"][[0, 2]])
+  np.testing.assert_array_equal(
+    picked.extras["log_prob"], unroll.extras["log_prob"][[0, 2]]
+  )
   np.testing.assert_array_equal(picked.core_state[0], [[0.0], [2.0]])
   np.testing.assert_array_equal(picked.reward, unroll.reward[[0, 2]])
 
@@ -123,35 +151,55 @@ def test_time_major_and_policy_lag():
 
 
 def make_inputs(b=3, **overrides):
-  fields = dict(env_ids=np.arange(b, dtype=np.int32),
-                observation=np.zeros((b, 3), np.float32),
-                prev_action=np.zeros(b, np.int32), reward=np.zeros(b),
-                done=np.zeros(b, np.int32), core_state=(),
-                eval_mask=np.zeros(b, np.int32))
+  fields = dict(
+    env_ids=np.arange(b, dtype=np.int32),
+    observation=np.zeros((b, 3), np.float32),
+    prev_action=np.zeros(b, np.int32),
+    reward=np.zeros(b),
+    done=np.zeros(b, np.int32),
+    core_state=(),
+    eval_mask=np.zeros(b, np.int32),
+  )
   fields.update(overrides)
   return ActInputs(**fields)
 
 
 def test_check_act_inputs_converts_dtypes():
   state = (np.zeros([3, 2], np.float64),)
-  out = agent_api.check_act_inputs(make_inputs(core_state=state), OBS,
-                                   DISCRETE, num_core_arrays=1)
+  out = agent_api.check_act_inputs(
+    make_inputs(core_state=state), OBS, DISCRETE, num_core_arrays=1
+  )
   assert out.reward.dtype == np.float32
   assert out.done.dtype == np.bool_ and out.eval_mask.dtype == np.bool_
   assert out.core_state[0].dtype == np.float32
 
 
-@pytest.mark.parametrize("overrides,kwargs,match", [
-    (dict(observation=np.zeros((3, 3), np.float64)), {},
-     "ActInputs.observation: dtype float64"),
-    (dict(prev_action=np.zeros(3, np.int64)), dict(action_spec=DISCRETE),
-     "ActInputs.prev_action: dtype int64"),
-    (dict(eval_mask=np.zeros(2, bool)), {},
-     r"ActInputs.eval_mask: shape \[2\], expected \[3\]"),
+@pytest.mark.parametrize(
+  "overrides,kwargs,match",
+  [
+    (
+      dict(observation=np.zeros((3, 3), np.float64)),
+      {},
+      "ActInputs.observation: dtype float64",
+    ),
+    (
+      dict(prev_action=np.zeros(3, np.int64)),
+      dict(action_spec=DISCRETE),
+      "ActInputs.prev_action: dtype int64",
+    ),
+    (
+      dict(eval_mask=np.zeros(2, bool)),
+      {},
+      r"ActInputs.eval_mask: shape \[2\], expected \[3\]",
+    ),
     (dict(reward=np.zeros((3, 1))), {}, r"ActInputs.reward: shape \[3, 1\]"),
-    ({}, dict(num_core_arrays=2),
-     r"core_state has 0 arrays, expected 2 \(use initial_core_state"),
-])
+    (
+      {},
+      dict(num_core_arrays=2),
+      r"core_state has 0 arrays, expected 2 \(use initial_core_state",
+    ),
+  ],
+)
 def test_check_act_inputs_rejects(overrides, kwargs, match):
   with pytest.raises(ValueError, match=match):
     agent_api.check_act_inputs(make_inputs(**overrides), OBS, **kwargs)
@@ -184,7 +232,8 @@ def test_unroll_queue_blocks_when_full_and_stop_releases():
   queue.put(make_unroll(b=2))
   results = []
   producer = threading.Thread(
-      target=lambda: results.append(queue.put(make_unroll(b=1))))
+    target=lambda: results.append(queue.put(make_unroll(b=1)))
+  )
   producer.start()
   producer.join(0.2)
   assert producer.is_alive()  # back-pressure: the queue is full
@@ -215,25 +264,48 @@ class _Config:
   torso: object = len
 
 
-@pytest.mark.parametrize("overrides,call,match", [
-    (dict(count=0), lambda c: checks.positive_ints(c, "count"),
-     r"_Config.count must be a positive integer, got 0"),
-    (dict(count=True), lambda c: checks.positive_ints(c, "count"),
-     "got True"),
-    (dict(rate=0.0), lambda c: checks.positive(c, "rate", why="it divides"),
-     r"_Config.rate must be > 0 \(it divides\), got 0.0"),
-    (dict(rate=-1.0), lambda c: checks.non_negative(c, "rate"),
-     "rate must be >= 0, got -1.0"),
-    (dict(rate=1.5), lambda c: checks.in_unit_interval(c, "rate"),
-     r"rate must be in \[0, 1\], got 1.5"),
-    (dict(gamma=0.0), lambda c: checks.discount(c, "gamma"),
-     r"gamma must be in \(0, 1\]; 0 would ignore"),
-    (dict(mode="c"), lambda c: checks.choice(c, "mode", ("a", "b")),
-     "mode 'c' is unknown; allowed: a, b"),
-    (dict(queue_capacity=3), checks.queue_capacity,
-     r"queue_capacity \(3\) must be >= batch_size \(4\)"),
+@pytest.mark.parametrize(
+  "overrides,call,match",
+  [
+    (
+      dict(count=0),
+      lambda c: checks.positive_ints(c, "count"),
+      r"_Config.count must be a positive integer, got 0",
+    ),
+    (dict(count=True), lambda c: checks.positive_ints(c, "count"), "got True"),
+    (
+      dict(rate=0.0),
+      lambda c: checks.positive(c, "rate", why="it divides"),
+      r"_Config.rate must be > 0 \(it divides\), got 0.0",
+    ),
+    (
+      dict(rate=-1.0),
+      lambda c: checks.non_negative(c, "rate"),
+      "rate must be >= 0, got -1.0",
+    ),
+    (
+      dict(rate=1.5),
+      lambda c: checks.in_unit_interval(c, "rate"),
+      r"rate must be in \[0, 1\], got 1.5",
+    ),
+    (
+      dict(gamma=1.5),
+      lambda c: checks.discount(c, "gamma"),
+      r"gamma must be in \[0, 1\], got 1.5",
+    ),
+    (
+      dict(mode="c"),
+      lambda c: checks.choice(c, "mode", ("a", "b")),
+      "mode 'c' is unknown; allowed: a, b",
+    ),
+    (
+      dict(queue_capacity=3),
+      checks.queue_capacity,
+      r"queue_capacity \(3\) must be >= batch_size \(4\)",
+    ),
     (dict(torso=3), checks.torso_factory, "torso must be a callable"),
-])
+  ],
+)
 def test_config_checks(overrides, call, match):
   call(_Config())  # the defaults pass
   with pytest.raises(ValueError, match=match):

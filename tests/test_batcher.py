@@ -18,8 +18,9 @@ def _run_clients(batcher, num_clients, calls, size):
     except Exception as e:  # pylint: disable=broad-except
       errors.append(e)
 
-  threads = [threading.Thread(target=client, args=(i,)) for i in
-             range(num_clients)]
+  threads = [
+    threading.Thread(target=client, args=(i,)) for i in range(num_clients)
+  ]
   for t in threads:
     t.start()
   for t in threads:
@@ -37,8 +38,9 @@ def test_three_actors_batch_four_never_stalls():
     seen_sizes.append(sum(r[2] for r in requests))
     return [(r[0], r[1]) for r in requests]
 
-  batcher = DynamicBatcher(fn, batch_size=4, timeout_s=0.005,
-                           size_fn=lambda r: r[2])
+  batcher = DynamicBatcher(
+    fn, batch_size=4, timeout_s=0.005, size_fn=lambda r: r[2]
+  )
   start = time.monotonic()
   results = _run_clients(batcher, num_clients=3, calls=50, size=1)
   batcher.stop()
@@ -50,9 +52,12 @@ def test_three_actors_batch_four_never_stalls():
 
 def test_full_batch_runs_without_waiting_for_timeout():
   calls = []
-  batcher = DynamicBatcher(lambda rs: calls.append(len(rs)) or rs,
-                           batch_size=2, timeout_s=30.0,
-                           size_fn=lambda r: r[2])
+  batcher = DynamicBatcher(
+    lambda rs: calls.append(len(rs)) or rs,
+    batch_size=2,
+    timeout_s=30.0,
+    size_fn=lambda r: r[2],
+  )
   start = time.monotonic()
   _run_clients(batcher, num_clients=2, calls=20, size=1)
   batcher.stop()
@@ -62,8 +67,12 @@ def test_full_batch_runs_without_waiting_for_timeout():
 
 
 def test_requests_larger_than_batch_are_served_alone():
-  batcher = DynamicBatcher(lambda rs: [r[2] for r in rs], batch_size=4,
-                           timeout_s=0.001, size_fn=lambda r: r[2])
+  batcher = DynamicBatcher(
+    lambda rs: [r[2] for r in rs],
+    batch_size=4,
+    timeout_s=0.001,
+    size_fn=lambda r: r[2],
+  )
   assert batcher((0, 0, 9)) == 9
   batcher.stop()
 
@@ -74,8 +83,9 @@ def test_error_fails_only_that_batch():
       raise ValueError("bad request")
     return [r[0] for r in requests]
 
-  batcher = DynamicBatcher(fn, batch_size=1, timeout_s=0.001,
-                           size_fn=lambda r: 1)
+  batcher = DynamicBatcher(
+    fn, batch_size=1, timeout_s=0.001, size_fn=lambda r: 1
+  )
   with pytest.raises(ValueError, match="bad request"):
     batcher(("bad", 0, 1))
   assert batcher(("good", 0, 1)) == "good"
@@ -89,8 +99,7 @@ def test_stop_releases_waiting_callers():
     gate.wait(5)
     return [None] * len(requests)
 
-  batcher = DynamicBatcher(fn, batch_size=1, timeout_s=0.0,
-                           size_fn=lambda r: 1)
+  batcher = DynamicBatcher(fn, batch_size=1, timeout_s=0.0, size_fn=lambda r: 1)
   errors = []
 
   def call():
@@ -122,11 +131,14 @@ def test_pending_requests_share_the_next_batch_up_to_the_cap():
       release.wait(10)  # hold the first batch while others queue up
     return [r[2] for r in requests]
 
-  batcher = DynamicBatcher(fn, batch_size=2, timeout_s=30.0,
-                           size_fn=lambda r: r[2], max_batch_size=6)
+  batcher = DynamicBatcher(
+    fn, batch_size=2, timeout_s=30.0, size_fn=lambda r: r[2], max_batch_size=6
+  )
   results = []
-  callers = [threading.Thread(target=lambda n=n: results.append(
-      batcher((0, 0, n)))) for n in (2, 2, 2, 2, 2)]
+  callers = [
+    threading.Thread(target=lambda n=n: results.append(batcher((0, 0, n))))
+    for n in (2, 2, 2, 2, 2)
+  ]
   callers[0].start()
   deadline = time.monotonic() + 10
   while not sizes and time.monotonic() < deadline:
@@ -144,7 +156,15 @@ def test_pending_requests_share_the_next_batch_up_to_the_cap():
 
 
 def test_max_batch_size_below_trigger_is_refused():
-  with pytest.raises(ValueError, match=r"max_batch_size \(2\) must be >= "
-                     r"batch_size \(4\)"):
-    DynamicBatcher(lambda rs: rs, batch_size=4, timeout_s=0.0,
-                   size_fn=lambda r: 1, max_batch_size=2)
+  with pytest.raises(
+    ValueError,
+    match=r"max_batch_size \(2\) must be >= "
+    r"batch_size \(4\)",
+  ):
+    DynamicBatcher(
+      lambda rs: rs,
+      batch_size=4,
+      timeout_s=0.0,
+      size_fn=lambda r: 1,
+      max_batch_size=2,
+    )

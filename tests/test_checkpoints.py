@@ -3,15 +3,16 @@
 import os
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from seed_rl.common.checkpoints import Checkpointer
 
 
 def _objects(value):
-  return {"w": tf.Variable(np.full(3, value, np.float32)),
-          "step": tf.Variable(int(value), dtype=tf.int64)}
+  return {
+    "w": tf.Variable(np.full(3, value, np.float32)),
+    "step": tf.Variable(int(value), dtype=tf.int64),
+  }
 
 
 def test_save_restore_roundtrip_and_keeps_only_the_newest(tmp_path):
@@ -38,8 +39,11 @@ def test_truncated_latest_is_skipped_with_a_warning(tmp_path, caplog):
   first = ckpt.save(env_steps=10)
   objs["w"].assign([7.0, 7.0, 7.0])
   second = ckpt.save(env_steps=20)
-  data = [n for n in os.listdir(d) if n.startswith(os.path.basename(second))
-          and ".data-" in n]
+  data = [
+    n
+    for n in os.listdir(d)
+    if n.startswith(os.path.basename(second)) and ".data-" in n
+  ]
   with open(os.path.join(d, data[0]), "r+b") as f:  # power cut mid-file
     f.truncate(3)
   fresh = _objects(0.0)
@@ -51,8 +55,7 @@ def test_truncated_latest_is_skipped_with_a_warning(tmp_path, caplog):
   assert restorer.env_steps == 10
 
 
-def test_failed_save_warns_leaves_no_temporaries_and_retries(tmp_path,
-                                                             caplog):
+def test_failed_save_warns_leaves_no_temporaries_and_retries(tmp_path, caplog):
   d = str(tmp_path / "ckpt")
   objs = _objects(1.0)
   ckpt = Checkpointer(d, objs)
@@ -61,8 +64,9 @@ def test_failed_save_warns_leaves_no_temporaries_and_retries(tmp_path,
 
   def full_disk(prefix):
     os.makedirs(prefix + "_temp", exist_ok=True)  # what a killed save leaves
-    raise tf.errors.ResourceExhaustedError(None, None, "No space left on "
-                                           "device")
+    raise tf.errors.ResourceExhaustedError(
+      None, None, "No space left on device"
+    )
 
   ckpt._checkpoint.write = full_disk
   with caplog.at_level("WARNING"):

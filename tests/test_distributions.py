@@ -22,8 +22,10 @@ from seed_rl.common.specs import ArraySpec
 
 
 def np_normal_log_prob(u, mean, std):
-  return np.sum(-0.5 * ((u - mean) / std)**2 - np.log(std) -
-                0.5 * np.log(2 * np.pi), axis=-1)
+  return np.sum(
+    -0.5 * ((u - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi),
+    axis=-1,
+  )
 
 
 def _params(mean, log_std):
@@ -38,13 +40,20 @@ def test_categorical_against_numpy():
   dist = distributions.Categorical(4)
   probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
   q = np.exp(other) / np.exp(other).sum(-1, keepdims=True)
-  np.testing.assert_allclose(dist.log_prob(logits, actions).numpy(),
-                             np.log(probs[np.arange(5), actions]), rtol=1e-5)
-  np.testing.assert_allclose(dist.entropy(logits).numpy(),
-                             -(probs * np.log(probs)).sum(-1), rtol=1e-5)
-  np.testing.assert_allclose(dist.kl(logits, other).numpy(),
-                             (probs * np.log(probs / q)).sum(-1), rtol=1e-4,
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    dist.log_prob(logits, actions).numpy(),
+    np.log(probs[np.arange(5), actions]),
+    rtol=1e-5,
+  )
+  np.testing.assert_allclose(
+    dist.entropy(logits).numpy(), -(probs * np.log(probs)).sum(-1), rtol=1e-5
+  )
+  np.testing.assert_allclose(
+    dist.kl(logits, other).numpy(),
+    (probs * np.log(probs / q)).sum(-1),
+    rtol=1e-4,
+    atol=1e-6,
+  )
   action, raw = dist.mode(logits)
   np.testing.assert_array_equal(action.numpy(), logits.argmax(-1))
   np.testing.assert_array_equal(raw.numpy(), action.numpy())
@@ -66,13 +75,18 @@ def test_gaussian_log_prob_entropy_kl_against_numpy():
   dist = distributions.DiagGaussian(3, bounds="none")
   p, q = _params(mean, log_std), _params(mean2, log_std2)
   std, std2 = np.exp(log_std), np.exp(log_std2)
-  np.testing.assert_allclose(dist.log_prob(p, u).numpy(),
-                             np_normal_log_prob(u, mean, std), rtol=1e-4)
   np.testing.assert_allclose(
-      dist.entropy(p).numpy(),
-      np.sum(log_std + 0.5 * np.log(2 * np.pi * np.e), -1), rtol=1e-5)
-  kl = np.sum(log_std2 - log_std +
-              (std**2 + (mean - mean2)**2) / (2 * std2**2) - 0.5, -1)
+    dist.log_prob(p, u).numpy(), np_normal_log_prob(u, mean, std), rtol=1e-4
+  )
+  np.testing.assert_allclose(
+    dist.entropy(p).numpy(),
+    np.sum(log_std + 0.5 * np.log(2 * np.pi * np.e), -1),
+    rtol=1e-5,
+  )
+  kl = np.sum(
+    log_std2 - log_std + (std**2 + (mean - mean2) ** 2) / (2 * std2**2) - 0.5,
+    -1,
+  )
   np.testing.assert_allclose(dist.kl(p, q).numpy(), kl, rtol=1e-4, atol=1e-5)
 
 
@@ -87,17 +101,18 @@ def test_tanh_log_prob_against_change_of_variables():
   scale = (high - low) / 2
   # Written from the definition in float64: dtanh/du = 1 - tanh(u)^2; use the
   # identity 1 - tanh^2 = 4 e^{-2|u|} / (1 + e^{-2|u|})^2 to stay finite.
-  log_dtanh = (np.log(4.0) - 2 * np.abs(u) -
-               2 * np.log1p(np.exp(-2 * np.abs(u))))
-  expected = (np_normal_log_prob(u, mean, np.exp(log_std)) -
-              np.sum(np.log(scale) + log_dtanh, -1))
+  log_dtanh = np.log(4.0) - 2 * np.abs(u) - 2 * np.log1p(np.exp(-2 * np.abs(u)))
+  expected = np_normal_log_prob(u, mean, np.exp(log_std)) - np.sum(
+    np.log(scale) + log_dtanh, -1
+  )
   got = dist.log_prob(params, u.astype(np.float32)).numpy()
   assert np.all(np.isfinite(got))
   np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
   # Moderate u, against the naive formula too.
   v = u[1:]
-  naive = (np_normal_log_prob(v, mean[1:], np.exp(log_std[1:])) -
-           np.sum(np.log(scale * (1 - np.tanh(v)**2)), -1))
+  naive = np_normal_log_prob(v, mean[1:], np.exp(log_std[1:])) - np.sum(
+    np.log(scale * (1 - np.tanh(v) ** 2)), -1
+  )
   np.testing.assert_allclose(got[1:], naive, rtol=1e-4, atol=1e-3)
 
 
@@ -117,18 +132,22 @@ def test_tanh_density_integrates_to_one_over_the_box():
 def test_tanh_sample_and_mode_inside_bounds():
   low, high = np.array([-1.0, 10.0]), np.array([1.0, 12.0])
   dist = distributions.DiagGaussian(2, "tanh", low, high)
-  params = np.tile(_params(np.array([[5.0, -5.0]]),
-                           np.array([[1.0, 1.0]])), (1000, 1))
+  params = np.tile(
+    _params(np.array([[5.0, -5.0]]), np.array([[1.0, 1.0]])), (1000, 1)
+  )
   gen = tf.random.Generator.from_seed(3)
   action, raw = dist.sample(params, gen)
   assert np.all(action.numpy() >= low) and np.all(action.numpy() <= high)
   np.testing.assert_allclose(
-      action.numpy(), (high + low) / 2 + (high - low) / 2 * np.tanh(
-          raw.numpy()), rtol=1e-5)
+    action.numpy(),
+    (high + low) / 2 + (high - low) / 2 * np.tanh(raw.numpy()),
+    rtol=1e-5,
+  )
   mode, mode_raw = dist.mode(params[:1])
   np.testing.assert_allclose(mode_raw.numpy(), [[5.0, -5.0]])
-  np.testing.assert_allclose(mode.numpy(),
-                             [[np.tanh(5.0), 11 + np.tanh(-5.0)]], rtol=1e-5)
+  np.testing.assert_allclose(
+    mode.numpy(), [[np.tanh(5.0), 11 + np.tanh(-5.0)]], rtol=1e-5
+  )
 
 
 def test_clip_mode_env_action_clipped_log_prob_of_raw():
@@ -138,8 +157,11 @@ def test_clip_mode_env_action_clipped_log_prob_of_raw():
   action, raw = action.numpy(), raw.numpy()
   np.testing.assert_array_equal(action, np.clip(raw, -1, 1))
   assert np.any(raw > 1.0)  # some samples really were clipped
-  np.testing.assert_allclose(dist.log_prob(params, raw).numpy(),
-                             np_normal_log_prob(raw, 0.8, 0.5), rtol=1e-5)
+  np.testing.assert_allclose(
+    dist.log_prob(params, raw).numpy(),
+    np_normal_log_prob(raw, 0.8, 0.5),
+    rtol=1e-5,
+  )
 
 
 def test_clip_mode_score_function_gradient_is_unbiased():
@@ -177,8 +199,9 @@ def test_tanh_kl_equals_base_gaussian_kl():
 
 def test_for_action_spec_picks_family_and_rejects_bad_specs():
   discrete = ArraySpec((), "int64", "action", num_values=6)
-  assert isinstance(distributions.for_action_spec(discrete),
-                    distributions.Categorical)
+  assert isinstance(
+    distributions.for_action_spec(discrete), distributions.Categorical
+  )
   box = ArraySpec((3,), "float32", "action", minimum=-1.0, maximum=1.0)
   dist = distributions.for_action_spec(box, "tanh")
   assert isinstance(dist, distributions.DiagGaussian) and dist.bounds == "tanh"
@@ -191,7 +214,8 @@ def test_for_action_spec_picks_family_and_rejects_bad_specs():
     distributions.for_action_spec(ArraySpec((2,), "float64", "action"))
   with pytest.raises(ValueError, match="both minimum and maximum"):
     distributions.for_action_spec(
-        ArraySpec((2,), "float32", "action", minimum=-1.0))
+      ArraySpec((2,), "float32", "action", minimum=-1.0)
+    )
   with pytest.raises(ValueError, match="'tanh' or 'clip'"):
     distributions.for_action_spec(box, "none")
   with pytest.raises(ValueError, match="allowed: tanh, clip, none"):

@@ -28,6 +28,7 @@ EPS = 1e-3
 
 # ------------------------------------------------ NumPy reference targets ---
 
+
 def _h(x):
   """Pohlen et al. 2018, Eq. (1)."""
   x = np.asarray(x, np.float64)
@@ -41,9 +42,18 @@ def _h_inv(y):
   return np.sign(y) * (((root - 1.0) / (2.0 * EPS)) ** 2 - 1.0)
 
 
-def reference_targets(reward, terminated, truncated, bootstrap_value,
-                      online_q, target_q, gamma, n, double_q=True,
-                      rescale=False):
+def reference_targets(
+  reward,
+  terminated,
+  truncated,
+  bootstrap_value,
+  online_q,
+  target_q,
+  gamma,
+  n,
+  double_q=True,
+  rescale=False,
+):
   """n-step (double) Q-learning targets with plain loops, time-major [T+1, B].
 
   For start t: G = sum_{k=1..m} gamma^(k-1) r[t+k] where m is n or the first
@@ -62,7 +72,7 @@ def reference_targets(reward, terminated, truncated, bootstrap_value,
           ended = True
           break
         if truncated[t + k, b]:
-          g += gamma ** k * float(bootstrap_value[t + k, b])
+          g += gamma**k * float(bootstrap_value[t + k, b])
           ended = True
           break
       if not ended:
@@ -73,7 +83,7 @@ def reference_targets(reward, terminated, truncated, bootstrap_value,
           q_next = float(np.max(target_q[t + n, b]))
         if rescale:
           q_next = _h_inv(q_next)
-        g += gamma ** n * q_next
+        g += gamma**n * q_next
       out[t, b] = _h(g) if rescale else g
   return out
 
@@ -84,23 +94,34 @@ def _random_case(seed, steps=12, batch=5, actions=3, p_end=0.15):
   truncated = (rng.random((steps, batch)) < p_end) & ~terminated
   bootstrap = np.where(truncated, rng.normal(size=(steps, batch)) * 5, 0.0)
   return dict(
-      reward=rng.normal(size=(steps, batch)).astype(np.float32),
-      terminated=terminated, truncated=truncated,
-      bootstrap_value=bootstrap.astype(np.float32),
-      online_q=rng.normal(size=(steps, batch, actions)).astype(np.float32),
-      target_q=rng.normal(size=(steps, batch, actions)).astype(np.float32) * 3)
+    reward=rng.normal(size=(steps, batch)).astype(np.float32),
+    terminated=terminated,
+    truncated=truncated,
+    bootstrap_value=bootstrap.astype(np.float32),
+    online_q=rng.normal(size=(steps, batch, actions)).astype(np.float32),
+    target_q=rng.normal(size=(steps, batch, actions)).astype(np.float32) * 3,
+  )
 
 
 def _targets_via_transitions(case, gamma, n, double_q, rescale):
   returns, discount, index = targets.nstep_transitions(
-      case["reward"], case["terminated"], case["truncated"],
-      case["bootstrap_value"], gamma, n)
+    case["reward"],
+    case["terminated"],
+    case["truncated"],
+    case["bootstrap_value"],
+    gamma,
+    n,
+  )
   cols = np.arange(returns.shape[1])[None, :]
   return targets.transition_targets(
-      tf.constant(returns), tf.constant(discount),
-      tf.constant(case["online_q"][index, cols]),
-      tf.constant(case["target_q"][index, cols]),
-      double_q=double_q, rescale=rescale, eps=EPS).numpy()
+    tf.constant(returns),
+    tf.constant(discount),
+    tf.constant(case["online_q"][index, cols]),
+    tf.constant(case["target_q"][index, cols]),
+    double_q=double_q,
+    rescale=rescale,
+    eps=EPS,
+  ).numpy()
 
 
 @pytest.mark.parametrize("n", [1, 3, 5])
@@ -108,11 +129,17 @@ def _targets_via_transitions(case, gamma, n, double_q, rescale):
 @pytest.mark.parametrize("double_q", [True, False])
 def test_targets_match_numpy_reference(n, rescale, double_q):
   case = _random_case(seed=n * 7 + rescale)
-  want = reference_targets(**case, gamma=0.9, n=n, double_q=double_q,
-                           rescale=rescale)
+  want = reference_targets(
+    **case, gamma=0.9, n=n, double_q=double_q, rescale=rescale
+  )
   got = targets.n_step_double_q_targets(
-      **{k: tf.constant(v) for k, v in case.items()}, discount=0.9, n_step=n,
-      double_q=double_q, rescale=rescale, eps=EPS).numpy()
+    **{k: tf.constant(v) for k, v in case.items()},
+    discount=0.9,
+    n_step=n,
+    double_q=double_q,
+    rescale=rescale,
+    eps=EPS,
+  ).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   got = _targets_via_transitions(case, 0.9, n, double_q, rescale)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -123,44 +150,66 @@ def test_targets_end_inside_the_window_by_hand():
   r = np.array([0, 1, 2, 4, 8, 16, 32], np.float32)[:, None]
   term = np.zeros((7, 1), bool)
   trunc = np.zeros((7, 1), bool)
-  term[2, 0] = True   # transition into step 2 terminated
+  term[2, 0] = True  # transition into step 2 terminated
   trunc[5, 0] = True  # transition into step 5 truncated, final obs worth 10
   bootstrap = np.zeros((7, 1), np.float32)
   bootstrap[5, 0] = 10.0
   q = np.zeros((7, 1, 2), np.float32)
   q[:, 0, 1] = 100.0  # any bootstrap from an observation adds 12.5
   got = targets.n_step_double_q_targets(
-      r, term, trunc, bootstrap, q, q, discount=0.5, n_step=3).numpy()[:, 0]
+    r, term, trunc, bootstrap, q, q, discount=0.5, n_step=3
+  ).numpy()[:, 0]
   want = [
-      1 + 0.5 * 2,                         # t=0: ends by termination at 2
-      2,                                   # t=1: ends at 2
-      4 + 0.5 * 8 + 0.25 * 16 + 0.25 * 0.5 * 10,  # t=2: truncation at 5 (k=3)
-      8 + 0.5 * 16 + 0.25 * 10,            # t=3: truncation at 5 (k=2)
+    1 + 0.5 * 2,  # t=0: ends by termination at 2
+    2,  # t=1: ends at 2
+    4 + 0.5 * 8 + 0.25 * 16 + 0.25 * 0.5 * 10,  # t=2: truncation at 5 (k=3)
+    8 + 0.5 * 16 + 0.25 * 10,  # t=3: truncation at 5 (k=2)
   ]
   np.testing.assert_allclose(got, want, rtol=1e-6)
   # No end: bootstraps gamma^3 * 100 from step t+3.
   clean = targets.n_step_double_q_targets(
-      r, np.zeros_like(term), np.zeros_like(trunc), bootstrap, q, q,
-      discount=0.5, n_step=3).numpy()[:, 0]
+    r,
+    np.zeros_like(term),
+    np.zeros_like(trunc),
+    bootstrap,
+    q,
+    q,
+    discount=0.5,
+    n_step=3,
+  ).numpy()[:, 0]
   np.testing.assert_allclose(clean[0], 1 + 1 + 1 + 12.5)
 
 
 def test_targets_reject_bad_shapes():
   with pytest.raises(ValueError, match="unroll_length must be >= n_step"):
-    targets.nstep_transitions(np.zeros((3, 1)), np.zeros((3, 1), bool),
-                              np.zeros((3, 1), bool), np.zeros((3, 1)), 0.9, 3)
+    targets.nstep_transitions(
+      np.zeros((3, 1)),
+      np.zeros((3, 1), bool),
+      np.zeros((3, 1), bool),
+      np.zeros((3, 1)),
+      0.9,
+      3,
+    )
   with pytest.raises(ValueError, match="terminated"):
-    targets.nstep_transitions(np.zeros((5, 2)), np.zeros((5, 1), bool),
-                              np.zeros((5, 2), bool), np.zeros((5, 2)), 0.9, 2)
+    targets.nstep_transitions(
+      np.zeros((5, 2)),
+      np.zeros((5, 1), bool),
+      np.zeros((5, 2), bool),
+      np.zeros((5, 2)),
+      0.9,
+      2,
+    )
 
 
 # --------------------------------------------------------------- networks ---
 
+
 @pytest.mark.parametrize("noisy", [None, "ig", "fg"])
 def test_q_network_shapes_dueling_and_noise(noisy):
   obs_spec = ArraySpec((4,), "float32")
-  net = networks.QNetwork(lambda: mlp_torso((8,)), 3, head_hidden=(6,),
-                          dueling=True, noisy=noisy)
+  net = networks.QNetwork(
+    lambda: mlp_torso((8,)), 3, head_hidden=(6,), dueling=True, noisy=noisy
+  )
   networks.build_q_network(net, obs_spec)
   x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
   q = net(x).numpy()
@@ -170,31 +219,39 @@ def test_q_network_shapes_dueling_and_noise(noisy):
   value = features
   for layer in net.value_stream:
     value = layer(value)
-  np.testing.assert_allclose(q.mean(-1), value.numpy()[:, 0], rtol=1e-4,
-                             atol=1e-5)
+  np.testing.assert_allclose(
+    q.mean(-1), value.numpy()[:, 0], rtol=1e-4, atol=1e-5
+  )
   assert len(net.noisy_layers) == (0 if noisy is None else 4)
   if noisy:
     before = net(x).numpy()
     net.reset_noise()
     assert not np.allclose(before, net(x).numpy())
-    np.testing.assert_array_equal(net(x, deterministic=True).numpy(),
-                                  net(x, deterministic=True).numpy())
+    np.testing.assert_array_equal(
+      net(x, deterministic=True).numpy(), net(x, deterministic=True).numpy()
+    )
 
 
 # ------------------------------------------------------------------ config ---
 
-@pytest.mark.parametrize("kwargs, match", [
+
+@pytest.mark.parametrize(
+  "kwargs, match",
+  [
     (dict(unroll_length=2, n_step=3), "unroll_length"),
     (dict(noisy="fg"), "epsilon_start = epsilon_end = 0"),
     (dict(noisy="xg", epsilon_start=0.0, epsilon_end=0.0), "noisy must be"),
     (dict(min_replay_size=10, batch_size=32), "min_replay_size"),
     (dict(min_replay_size=100, replay_capacity=50), "never start"),
-    (dict(rate_limiter_error_buffer=4.0, batch_size=32, min_replay_size=32),
-     "deadlock"),
+    (
+      dict(rate_limiter_error_buffer=4.0, batch_size=32, min_replay_size=32),
+      "deadlock",
+    ),
     (dict(discount=-0.5), "discount"),
     (dict(samples_per_insert=0.0), "samples_per_insert"),
     (dict(n_step=0), "n_step"),
-])
+  ],
+)
 def test_config_validation(kwargs, match):
   with pytest.raises(ValueError, match=match):
     DQNConfig(**kwargs)
@@ -211,26 +268,44 @@ ACT = ArraySpec((), "int32", name="action", num_values=2)
 
 
 def _config(**kwargs):
-  base = dict(torso=lambda: mlp_torso((16,)), head_hidden=(), n_step=2,
-              discount=0.5, unroll_length=5, min_replay_size=8, batch_size=8,
-              samples_per_insert=1000.0, rate_limiter_error_buffer=1e9,
-              replay_capacity=1000, seed=0, learning_rate=1e-3)
+  base = dict(
+    torso=lambda: mlp_torso((16,)),
+    head_hidden=(),
+    n_step=2,
+    discount=0.5,
+    unroll_length=5,
+    min_replay_size=8,
+    batch_size=8,
+    samples_per_insert=1000.0,
+    rate_limiter_error_buffer=1e9,
+    replay_capacity=1000,
+    seed=0,
+    learning_rate=1e-3,
+  )
   base.update(kwargs)
   return DQNConfig(**base)
 
 
-def _unroll(observation, reward, terminated, truncated, bootstrap, action,
-            version=None):
+def _unroll(
+  observation, reward, terminated, truncated, bootstrap, action, version=None
+):
   b, t1 = reward.shape
   return Unroll(
-      env_ids=np.arange(b, dtype=np.int32),
-      observation=observation.astype(np.float32),
-      reward=reward.astype(np.float32), terminated=terminated,
-      truncated=truncated, bootstrap_value=bootstrap.astype(np.float32),
-      prev_action=np.zeros((b, t1), np.int32), action=action.astype(np.int32),
-      value=np.zeros((b, t1), np.float32), extras={}, core_state=(),
-      policy_version=(np.zeros((b, t1), np.int64) if version is None
-                      else version))
+    env_ids=np.arange(b, dtype=np.int32),
+    observation=observation.astype(np.float32),
+    reward=reward.astype(np.float32),
+    terminated=terminated,
+    truncated=truncated,
+    bootstrap_value=bootstrap.astype(np.float32),
+    prev_action=np.zeros((b, t1), np.int32),
+    action=action.astype(np.int32),
+    value=np.zeros((b, t1), np.float32),
+    extras={},
+    core_state=(),
+    policy_version=(
+      np.zeros((b, t1), np.int64) if version is None else version
+    ),
+  )
 
 
 def _hand_unroll():
@@ -255,14 +330,14 @@ def test_transitions_extracted_by_hand():
   items = agent.unrolls_to_transitions(_hand_unroll())
   # (env, start, action, return, discount, next step) with n=2, gamma=0.5.
   expected = [
-      (0, 0, 0, 2 + 0.5 * 3, 0.25, 2),
-      (0, 1, 1, 3 + 0.5 * 4, 0.0, 3),   # terminated at 3
-      (0, 2, 0, 4, 0.0, 3),             # terminated at 3
-      (0, 3, 1, 5 + 0.5 * 6, 0.25, 5),  # new episode from step 3
-      (1, 0, 0, 1 + 0.5 * 1 + 0.25 * 10, 0.0, 2),  # truncated at 2, bv 10
-      (1, 1, 1, 1 + 0.5 * 10, 0.0, 2),
-      (1, 2, 0, 1 + 0.5, 0.25, 4),
-      (1, 3, 1, 1 + 0.5, 0.25, 5),
+    (0, 0, 0, 2 + 0.5 * 3, 0.25, 2),
+    (0, 1, 1, 3 + 0.5 * 4, 0.0, 3),  # terminated at 3
+    (0, 2, 0, 4, 0.0, 3),  # terminated at 3
+    (0, 3, 1, 5 + 0.5 * 6, 0.25, 5),  # new episode from step 3
+    (1, 0, 0, 1 + 0.5 * 1 + 0.25 * 10, 0.0, 2),  # truncated at 2, bv 10
+    (1, 1, 1, 1 + 0.5 * 10, 0.0, 2),
+    (1, 2, 0, 1 + 0.5, 0.25, 4),
+    (1, 3, 1, 1 + 0.5, 0.25, 5),
   ]
   assert items["action"].shape == (8,)
   for i, (env, start, action, ret, disc, nxt) in enumerate(expected):
@@ -271,8 +346,9 @@ def test_transitions_extracted_by_hand():
     assert items["return"][i] == pytest.approx(ret)
     assert items["discount"][i] == pytest.approx(disc)
     if disc:
-      np.testing.assert_array_equal(items["next_observation"][i],
-                                    [env, nxt, 0, 0])
+      np.testing.assert_array_equal(
+        items["next_observation"][i], [env, nxt, 0, 0]
+      )
 
 
 def _chain_trajectory(rng, num_envs, length, chain=3):
@@ -321,34 +397,50 @@ def test_overlap_extracts_every_transition_exactly_once():
   trajectory = _chain_trajectory(np.random.default_rng(1), 2, 5 * 4 + 3)
   whole = agent_lib.DQNAgent(OBS, ACT, 2, _config(n_step=3, unroll_length=22))
   want = whole.unrolls_to_transitions(_unroll(*trajectory))
-  parts = [agent.unrolls_to_transitions(u)
-           for u in _cut(trajectory, cfg.unroll_length, agent.unroll_overlap)]
+  parts = [
+    agent.unrolls_to_transitions(u)
+    for u in _cut(trajectory, cfg.unroll_length, agent.unroll_overlap)
+  ]
   assert len(parts) == 5
   for key in want:
-    got = np.concatenate([p[key].reshape((2, 4) + p[key].shape[1:])
-                          for p in parts], axis=1)
+    got = np.concatenate(
+      [p[key].reshape((2, 4) + p[key].shape[1:]) for p in parts], axis=1
+    )
     np.testing.assert_allclose(got.reshape(want[key].shape), want[key])
 
 
 def _fill(agent, num_unrolls=3, seed=0):
   stride = agent.unroll_length + 1 - agent.unroll_overlap
-  trajectory = _chain_trajectory(np.random.default_rng(seed), 2,
-                                 stride * num_unrolls + agent.unroll_overlap)
+  trajectory = _chain_trajectory(
+    np.random.default_rng(seed), 2, stride * num_unrolls + agent.unroll_overlap
+  )
   for unroll in _cut(trajectory, agent.unroll_length, agent.unroll_overlap):
     agent.add_unrolls(unroll)
 
 
-@pytest.mark.parametrize("extra", [
-    dict(), dict(noisy="ig", epsilon_start=0.0, epsilon_end=0.0),
-    dict(value_rescaling=True, prioritized=False, dueling=False,
-         huber_loss=False)])
+@pytest.mark.parametrize(
+  "extra",
+  [
+    dict(),
+    dict(noisy="ig", epsilon_start=0.0, epsilon_end=0.0),
+    dict(
+      value_rescaling=True, prioritized=False, dueling=False, huber_loss=False
+    ),
+  ],
+)
 def test_train_step_finite_and_updates_priorities(extra):
   agent = agent_lib.DQNAgent(OBS, ACT, 2, _config(**extra))
   _fill(agent)
   assert len(agent.replay) == 2 * 4 * 3
   metrics = agent.train_step()
-  for name in ("loss/td", "replay/size", "replay/beta", "policy/epsilon",
-               "perf/policy_lag", "grad/norm"):
+  for name in (
+    "loss/td",
+    "replay/size",
+    "replay/beta",
+    "policy/epsilon",
+    "perf/policy_lag",
+    "grad/norm",
+  ):
     assert np.isfinite(metrics[name]), name
   assert metrics["replay/size"] == 24
   assert int(agent.step_counter.numpy()) == 1
@@ -381,9 +473,13 @@ def test_target_sync_period():
   _fill(agent)
 
   def same():
-    return all(np.array_equal(t.numpy(), o.numpy()) for t, o in zip(
+    return all(
+      np.array_equal(t.numpy(), o.numpy())
+      for t, o in zip(
         agent.target_network.trainable_variables,
-        agent.online_network.trainable_variables))
+        agent.online_network.trainable_variables,
+      )
+    )
 
   assert same()  # synced at construction
   agent.train_step()
@@ -397,26 +493,31 @@ def test_act_epsilon_greedy_eval_and_value():
   rng = np.random.default_rng(0)
   obs = rng.normal(size=(64, 4)).astype(np.float32)
   eval_mask = np.arange(64) % 2 == 0
-  inputs = ActInputs(np.arange(64, dtype=np.int32), obs,
-                     np.zeros(64, np.int32), np.zeros(64, np.float32),
-                     np.zeros(64, bool), (), eval_mask)
+  inputs = ActInputs(
+    np.arange(64, dtype=np.int32),
+    obs,
+    np.zeros(64, np.int32),
+    np.zeros(64, np.float32),
+    np.zeros(64, bool),
+    (),
+    eval_mask,
+  )
   out = agent.act(inputs)
   q = agent.online_network(obs).numpy()
   assert out.action.dtype == np.int32 and out.extras == {}
-  np.testing.assert_array_equal(out.action[eval_mask],
-                                q.argmax(-1)[eval_mask])
+  np.testing.assert_array_equal(out.action[eval_mask], q.argmax(-1)[eval_mask])
   # Epsilon is 1 at step 0: training rows are uniform over both actions.
-  explore = np.concatenate([agent.act(inputs).action[~eval_mask]
-                            for _ in range(20)])
+  explore = np.concatenate(
+    [agent.act(inputs).action[~eval_mask] for _ in range(20)]
+  )
   assert 0.4 < explore.mean() < 0.6
   assert agent.epsilon(0) == 1.0
-  assert agent.epsilon(10 ** 9) == pytest.approx(agent.config.epsilon_end)
+  assert agent.epsilon(10**9) == pytest.approx(agent.config.epsilon_end)
   total = agent.config.total_learner_steps
   assert agent.importance_sampling_exponent(0) == pytest.approx(0.4)
   assert agent.importance_sampling_exponent(total // 2) == pytest.approx(0.7)
   assert agent.importance_sampling_exponent(2 * total) == 1.0
-  np.testing.assert_allclose(out.value, _h_inv(q.max(-1)), rtol=1e-4,
-                             atol=1e-5)
+  np.testing.assert_allclose(out.value, _h_inv(q.max(-1)), rtol=1e-4, atol=1e-5)
 
 
 def test_checkpoint_round_trip(tmp_path):
@@ -426,16 +527,19 @@ def test_checkpoint_round_trip(tmp_path):
   for _ in range(3):
     agent.train_step()
   path = tf.train.Checkpoint(**agent.checkpoint_objects()).save(
-      str(tmp_path / "ckpt"))
+    str(tmp_path / "ckpt")
+  )
   restored = agent_lib.DQNAgent(OBS, ACT, 2, cfg)
   tf.train.Checkpoint(**restored.checkpoint_objects()).restore(
-      path).assert_consumed()
+    path
+  ).assert_consumed()
   assert int(restored.step_counter.numpy()) == 3
   x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
   for net in ("online_network", "target_network"):
     np.testing.assert_allclose(
-        getattr(restored, net)(x, deterministic=True).numpy(),
-        getattr(agent, net)(x, deterministic=True).numpy())
+      getattr(restored, net)(x, deterministic=True).numpy(),
+      getattr(agent, net)(x, deterministic=True).numpy(),
+    )
   optimizer = restored.checkpoint_objects()["optimizer"]
   assert int(optimizer.iterations.numpy()) == 3
 
@@ -445,8 +549,10 @@ class _ListTorso(keras.layers.Layer):
 
   def __init__(self, **kwargs):
     super().__init__(**kwargs)
-    self.stack = [keras.layers.Dense(8, activation="relu"),
-                  keras.layers.Dense(8, activation="relu")]
+    self.stack = [
+      keras.layers.Dense(8, activation="relu"),
+      keras.layers.Dense(8, activation="relu"),
+    ]
 
   def call(self, x):
     for layer in self.stack:
@@ -460,11 +566,14 @@ def test_checkpoint_restores_target_with_list_torso(tmp_path):
   for variable in agent.target_network.trainable_variables:
     variable.assign(variable + 1.0)  # target != online, != a fresh init
   path = tf.train.Checkpoint(**agent.checkpoint_objects()).save(
-      str(tmp_path / "ckpt"))
+    str(tmp_path / "ckpt")
+  )
   restored = agent_lib.DQNAgent(OBS, ACT, 2, cfg)
   tf.train.Checkpoint(**restored.checkpoint_objects()).restore(path)
-  for mine, theirs in zip(restored.target_network.trainable_variables,
-                          agent.target_network.trainable_variables):
+  for mine, theirs in zip(
+    restored.target_network.trainable_variables,
+    agent.target_network.trainable_variables,
+  ):
     np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
 
 
@@ -494,9 +603,17 @@ def test_learns_chain_mdp():
   One-step targets: n-step returns without off-policy correction would learn
   the random behaviour policy's values instead of Q*.
   """
-  cfg = _config(n_step=1, discount=0.9, unroll_length=8, batch_size=32,
-                min_replay_size=32, learning_rate=3e-3, target_update_period=20,
-                torso=lambda: mlp_torso((32,)), replay_capacity=5000)
+  cfg = _config(
+    n_step=1,
+    discount=0.9,
+    unroll_length=8,
+    batch_size=32,
+    min_replay_size=32,
+    learning_rate=3e-3,
+    target_update_period=20,
+    torso=lambda: mlp_torso((32,)),
+    replay_capacity=5000,
+  )
   agent = agent_lib.DQNAgent(OBS, ACT, 4, cfg)
   trajectory = _chain_trajectory(np.random.default_rng(3), 4, 8 * 40 + 1)
   for unroll in _cut(trajectory, cfg.unroll_length, agent.unroll_overlap):

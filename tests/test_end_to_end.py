@@ -16,9 +16,14 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 
 
 def _train(args, timeout=240):
-  return subprocess.run([sys.executable, "-m", "seed_rl.train"] + args,
-                        cwd=ROOT, env=ENV, capture_output=True, text=True,
-                        timeout=timeout)
+  return subprocess.run(
+    [sys.executable, "-m", "seed_rl.train"] + args,
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
 
 
 def _alive(pid):
@@ -31,8 +36,18 @@ def _alive(pid):
 
 def test_cartpole_vtrace_trains_checkpoints_and_resumes(tmp_path):
   logdir = str(tmp_path / "run")
-  first = _train(["classic", "vtrace", "2", "4", "--logdir", logdir,
-                  "--max_learner_steps", "200"])
+  first = _train(
+    [
+      "classic",
+      "vtrace",
+      "2",
+      "4",
+      "--logdir",
+      logdir,
+      "--max_learner_steps",
+      "200",
+    ]
+  )
   assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
   with open(os.path.join(logdir, "result.json")) as f:
     result = json.load(f)
@@ -44,8 +59,18 @@ def test_cartpole_vtrace_trains_checkpoints_and_resumes(tmp_path):
   assert os.path.exists(os.path.join(logdir, "operative_config.gin"))
   assert "[learner] step" in first.stdout or "step" in first.stdout
 
-  second = _train(["classic", "vtrace", "2", "4", "--logdir", logdir,
-                   "--max_learner_steps", str(result["learner_steps"] + 50)])
+  second = _train(
+    [
+      "classic",
+      "vtrace",
+      "2",
+      "4",
+      "--logdir",
+      logdir,
+      "--max_learner_steps",
+      str(result["learner_steps"] + 50),
+    ]
+  )
   assert second.returncode == 0, second.stderr[-3000:]
   match = re.search(r"resumed from \S+: learner step (\d+)", second.stdout)
   assert match, second.stdout[-2000:]
@@ -58,10 +83,24 @@ def test_cartpole_vtrace_trains_checkpoints_and_resumes(tmp_path):
 
 def test_ctrl_c_leaves_no_process_behind(tmp_path):
   proc = subprocess.Popen(
-      [sys.executable, "-m", "seed_rl.train", "classic", "vtrace", "2", "4",
-       "--logdir", str(tmp_path / "run")], cwd=ROOT, env=ENV,
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-      start_new_session=True)
+    [
+      sys.executable,
+      "-m",
+      "seed_rl.train",
+      "classic",
+      "vtrace",
+      "2",
+      "4",
+      "--logdir",
+      str(tmp_path / "run"),
+    ],
+    cwd=ROOT,
+    env=ENV,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    start_new_session=True,
+  )
   pids, deadline = [], time.monotonic() + 120
   for line in proc.stdout:
     m = re.search(r"started .* \(pid (\d+)\)", line)
@@ -77,10 +116,13 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path):
   assert not [p for p in pids + [proc.pid] if _alive(p)]
 
 
-@pytest.mark.parametrize("args,expected", [
+@pytest.mark.parametrize(
+  "args,expected",
+  [
     (["classic", "nosuchagent"], "valid env/agent pairs"),
     (["nosuchenv", "vtrace"], "valid env/agent pairs"),
-])
+  ],
+)
 def test_unknown_env_agent_pair_is_refused(args, expected):
   out = _train(args, timeout=60)
   assert out.returncode == 2
@@ -89,9 +131,21 @@ def test_unknown_env_agent_pair_is_refused(args, expected):
 
 def test_bad_gin_binding_is_refused_with_what_is_bindable(tmp_path):
   out = subprocess.run(
-      [sys.executable, "-m", "seed_rl.learner_main", "--logdir",
-       str(tmp_path), "--gin_bindings", "VtraceConfig.no_such_param = 3"],
-      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    [
+      sys.executable,
+      "-m",
+      "seed_rl.learner_main",
+      "--logdir",
+      str(tmp_path),
+      "--gin_bindings",
+      "VtraceConfig.no_such_param = 3",
+    ],
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert out.returncode == 2
   assert "no_such_param" in out.stderr
   assert "VtraceConfig" in out.stderr
@@ -101,14 +155,33 @@ def test_crashing_environment_costs_only_its_actor(tmp_path):
   """An env raises in one actor: the launcher restarts that actor, the learner
   keeps serving the other one and the run finishes normally."""
   marker = tmp_path / "crashed"
-  env = dict(ENV, SEED_RL_TEST_CRASH_MARKER=str(marker),
-             PYTHONPATH=ROOT + os.pathsep + ENV.get("PYTHONPATH", ""))
+  env = dict(
+    ENV,
+    SEED_RL_TEST_CRASH_MARKER=str(marker),
+    PYTHONPATH=ROOT + os.pathsep + ENV.get("PYTHONPATH", ""),
+  )
   out = subprocess.run(
-      [sys.executable, "-m", "seed_rl.train", "classic", "vtrace", "2", "4",
-       "--logdir", str(tmp_path / "run"), "--max_learner_steps", "150",
-       "--gin_bindings",
-       "classic.create_environment.env_id = 'tests.crashing_env:make'"],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    [
+      sys.executable,
+      "-m",
+      "seed_rl.train",
+      "classic",
+      "vtrace",
+      "2",
+      "4",
+      "--logdir",
+      str(tmp_path / "run"),
+      "--max_learner_steps",
+      "150",
+      "--gin_bindings",
+      "classic.create_environment.env_id = 'tests.crashing_env:make'",
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=240,
+  )
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
   assert marker.exists()  # the crash happened
   assert "simulated environment crash" in out.stderr
@@ -118,24 +191,43 @@ def test_crashing_environment_costs_only_its_actor(tmp_path):
     assert json.load(f)["learner_steps"] >= 150
 
 
-@pytest.mark.parametrize("env,agent,bindings,steps", [
+@pytest.mark.parametrize(
+  "env,agent,bindings,steps",
+  [
     # Continuous actions end to end: Box specs in the handshake, float32
     # actions on the wire, clipping on the actor, Gaussian PPO on the learner.
-    ("mujoco", "ppo", ["mujoco.create_environment.env_id = 'Pendulum-v1'",
-                       "PPOConfig.unroll_length = 16",
-                       "PPOConfig.batch_size = 8",
-                       "PPOConfig.num_minibatches = 2"], 10),
+    (
+      "mujoco",
+      "ppo",
+      [
+        "mujoco.create_environment.env_id = 'Pendulum-v1'",
+        "PPOConfig.unroll_length = 16",
+        "PPOConfig.batch_size = 8",
+        "PPOConfig.num_minibatches = 2",
+      ],
+      10,
+    ),
     ("classic", "ppo", [], 10),
     ("classic", "vtrace", [], 30),
     ("classic", "dqn", ["DQNConfig.min_replay_size = 200"], 50),
     ("classic", "r2d2", ["R2D2Config.min_replay_size = 16"], 10),
-])
+  ],
+)
 def test_every_agent_runs_end_to_end(tmp_path, env, agent, bindings, steps):
   """Every agent trains through the real system and writes the learning
   diagnostics of docs/METRICS.md to TensorBoard."""
-  args = [env, agent, "2", "4", "--logdir", str(tmp_path / "run"),
-          "--max_learner_steps", str(steps),
-          "--gin_bindings", "LearnerConfig.log_every_s = 1.0"]
+  args = [
+    env,
+    agent,
+    "2",
+    "4",
+    "--logdir",
+    str(tmp_path / "run"),
+    "--max_learner_steps",
+    str(steps),
+    "--gin_bindings",
+    "LearnerConfig.log_every_s = 1.0",
+  ]
   for b in bindings:
     args += ["--gin_bindings", b]
   out = _train(args)
@@ -148,29 +240,48 @@ def test_every_agent_runs_end_to_end(tmp_path, env, agent, bindings, steps):
   missing = sorted((COMMON_DIAGNOSTICS | AGENT_DIAGNOSTICS[agent]) - tags)
   assert not missing, f"{agent} wrote no {missing}; it wrote {sorted(tags)}"
   # The console line shows whether a run moves.
-  progress = [l for l in out.stdout.splitlines() if l.startswith("[learner")]
+  progress = [s for s in out.stdout.splitlines() if s.startswith("[learner")]
   marker = "q " if agent in ("dqn", "r2d2") else "entropy "
-  assert any(marker in l for l in progress), progress[-3:]
+  assert any(marker in s for s in progress), progress[-3:]
 
 
 # Diagnostics every agent writes (names: docs/METRICS.md).
 COMMON_DIAGNOSTICS = {
-    "loss/total", "grad/norm", "grad/norm_torso", "grad/norm_head",
-    "opt/learning_rate", "perf/updates_per_s", "perf/samples_per_env_step",
-    "perf/policy_lag", "perf/env_steps_per_s"}
+  "loss/total",
+  "grad/norm",
+  "grad/norm_torso",
+  "grad/norm_head",
+  "opt/learning_rate",
+  "perf/updates_per_s",
+  "perf/samples_per_env_step",
+  "perf/policy_lag",
+  "perf/env_steps_per_s",
+}
 AGENT_DIAGNOSTICS = {
-    "vtrace": {"policy/entropy", "value/explained_variance",
-               "advantage/mean", "advantage/std", "vtrace/rho_mean",
-               "vtrace/rho_clipped_fraction"},
-    "ppo": {"policy/entropy", "value/explained_variance", "advantage/mean",
-            "advantage/std", "policy/approx_kl", "policy/clip_fraction"},
-    "dqn": {"q/mean", "q/td_error", "policy/epsilon"},
-    "r2d2": {"q/mean", "q/td_error"},
+  "vtrace": {
+    "policy/entropy",
+    "value/explained_variance",
+    "advantage/mean",
+    "advantage/std",
+    "vtrace/rho_mean",
+    "vtrace/rho_clipped_fraction",
+  },
+  "ppo": {
+    "policy/entropy",
+    "value/explained_variance",
+    "advantage/mean",
+    "advantage/std",
+    "policy/approx_kl",
+    "policy/clip_fraction",
+  },
+  "dqn": {"q/mean", "q/td_error", "policy/epsilon"},
+  "r2d2": {"q/mean", "q/td_error"},
 }
 
 
 def _event_tags(logdir):
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+
   acc = event_accumulator.EventAccumulator(str(logdir))
   acc.Reload()
   return set(acc.Tags()["tensors"])
@@ -178,12 +289,26 @@ def _event_tags(logdir):
 
 def test_eval_actors_log_eval_returns(tmp_path):
   logdir = tmp_path / "run"
-  out = _train(["classic", "ppo", "2", "4", "--num_eval_actors", "1",
-                "--logdir", str(logdir), "--max_learner_steps", "15",
-                "--gin_bindings", "LearnerConfig.log_every_s = 1.0"])
+  out = _train(
+    [
+      "classic",
+      "ppo",
+      "2",
+      "4",
+      "--num_eval_actors",
+      "1",
+      "--logdir",
+      str(logdir),
+      "--max_learner_steps",
+      "15",
+      "--gin_bindings",
+      "LearnerConfig.log_every_s = 1.0",
+    ]
+  )
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   assert len(re.findall(r"started actor \d", out.stdout)) == 3
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+
   acc = event_accumulator.EventAccumulator(str(logdir))
   acc.Reload()
   tags = acc.Tags()["tensors"]

@@ -19,24 +19,25 @@ import tensorflow as tf
 from seed_rl.agents.ppo import gae as gae_lib
 
 
-def reference_gae(values, rewards, terminated, truncated, bootstrap_value,
-                  gamma, lam):
+def reference_gae(
+  values, rewards, terminated, truncated, bootstrap_value, gamma, lam
+):
   """Unroll-style inputs (values [T+1, B], the rest [T, B] for steps 1..T)."""
   num_steps, batch = rewards.shape
   advantages = np.zeros((num_steps, batch))
   for b in range(batch):
     for t in range(num_steps):
       total, weight = 0.0, 1.0
-      for l in range(t, num_steps):
-        if terminated[l, b]:
+      for k in range(t, num_steps):
+        if terminated[k, b]:
           next_value = 0.0  # nothing follows a terminal state
-        elif truncated[l, b]:
-          next_value = bootstrap_value[l, b]  # the cut-off episode goes on
+        elif truncated[k, b]:
+          next_value = bootstrap_value[k, b]  # the cut-off episode goes on
         else:
-          next_value = values[l + 1, b]
-        delta = rewards[l, b] + gamma * next_value - values[l, b]
+          next_value = values[k + 1, b]
+        delta = rewards[k, b] + gamma * next_value - values[k, b]
         total += weight * delta
-        if terminated[l, b] or truncated[l, b]:
+        if terminated[k, b] or truncated[k, b]:
           break  # the next episode's residuals do not belong to this one
         weight *= gamma * lam
       advantages[t, b] = total
@@ -48,13 +49,15 @@ def _random_inputs(rng, num_steps=7, batch=5):
   rewards = rng.normal(size=(num_steps, batch)).astype(np.float32)
   terminated = rng.random((num_steps, batch)) < 0.2
   truncated = (rng.random((num_steps, batch)) < 0.2) & ~terminated
-  bootstrap = np.where(truncated, rng.normal(size=(num_steps, batch)),
-                       0.0).astype(np.float32)
+  bootstrap = np.where(
+    truncated, rng.normal(size=(num_steps, batch)), 0.0
+  ).astype(np.float32)
   return values, rewards, terminated, truncated, bootstrap
 
 
-@pytest.mark.parametrize("gamma,lam", [(0.99, 0.95), (0.9, 0.0), (0.97, 1.0),
-                                       (1.0, 0.5)])
+@pytest.mark.parametrize(
+  "gamma,lam", [(0.99, 0.95), (0.9, 0.0), (0.97, 1.0), (1.0, 0.5)]
+)
 def test_unroll_gae_matches_reference(gamma, lam):
   rng = np.random.default_rng(0)
   inputs = _random_inputs(rng)
@@ -71,8 +74,9 @@ def test_gae_low_level_inputs_match_reference():
   next_values = np.where(trunc, boot, values[1:])
   discounts = gamma * (1.0 - term)
   trace_mask = 1.0 - (term | trunc)
-  adv, _ = gae_lib.gae(rewards, values[:-1], next_values, discounts,
-                       trace_mask, lam)
+  adv, _ = gae_lib.gae(
+    rewards, values[:-1], next_values, discounts, trace_mask, lam
+  )
   ref_adv, _ = reference_gae(values, rewards, term, trunc, boot, gamma, lam)
   np.testing.assert_allclose(adv.numpy(), ref_adv, rtol=1e-5, atol=1e-5)
 
@@ -87,10 +91,15 @@ def _split_trajectory(traj, num_steps):
   for start in (0, num_steps):
     sl = slice(start, start + num_steps + 1)
     obs_values = traj["value"][sl][:, None]
-    unrolls.append((obs_values, traj["reward"][sl][1:, None],
-                    traj["terminated"][sl][1:, None],
-                    traj["truncated"][sl][1:, None],
-                    traj["bootstrap"][sl][1:, None]))
+    unrolls.append(
+      (
+        obs_values,
+        traj["reward"][sl][1:, None],
+        traj["terminated"][sl][1:, None],
+        traj["truncated"][sl][1:, None],
+        traj["bootstrap"][sl][1:, None],
+      )
+    )
   return unrolls
 
 
@@ -101,11 +110,11 @@ def test_episode_end_on_unroll_boundary(boundary_end):
   steps = 2 * num_steps + 1
   rng = np.random.default_rng(2)
   traj = {
-      "value": rng.normal(size=steps).astype(np.float32),
-      "reward": rng.normal(size=steps).astype(np.float32),
-      "terminated": np.zeros(steps, bool),
-      "truncated": np.zeros(steps, bool),
-      "bootstrap": np.zeros(steps, np.float32),
+    "value": rng.normal(size=steps).astype(np.float32),
+    "reward": rng.normal(size=steps).astype(np.float32),
+    "terminated": np.zeros(steps, bool),
+    "truncated": np.zeros(steps, bool),
+    "bootstrap": np.zeros(steps, np.float32),
   }
   if boundary_end != "none":
     traj[boundary_end][num_steps] = True
@@ -139,34 +148,62 @@ def test_truncation_bootstraps_and_termination_does_not():
   rewards = np.array([[0.5], [0.25]], np.float32)
   boot = np.array([[10.0], [0.0]], np.float32)
   gamma, lam = 0.5, 1.0
-  adv_trunc, _ = gae_lib.unroll_gae(values, rewards, [[False], [False]],
-                                    [[True], [False]], boot, gamma, lam)
+  adv_trunc, _ = gae_lib.unroll_gae(
+    values, rewards, [[False], [False]], [[True], [False]], boot, gamma, lam
+  )
   # Step 0 bootstraps from 10 (not V(x_1) = 2) and the trace stops there.
-  np.testing.assert_allclose(adv_trunc.numpy()[:, 0],
-                             [0.5 + 0.5 * 10.0 - 1.0, 0.25 + 0.5 * 3.0 - 2.0])
-  adv_term, _ = gae_lib.unroll_gae(values, rewards, [[True], [False]],
-                                   [[False], [False]], boot, gamma, lam)
-  np.testing.assert_allclose(adv_term.numpy()[:, 0],
-                             [0.5 - 1.0, 0.25 + 0.5 * 3.0 - 2.0])
+  np.testing.assert_allclose(
+    adv_trunc.numpy()[:, 0], [0.5 + 0.5 * 10.0 - 1.0, 0.25 + 0.5 * 3.0 - 2.0]
+  )
+  adv_term, _ = gae_lib.unroll_gae(
+    values, rewards, [[True], [False]], [[False], [False]], boot, gamma, lam
+  )
+  np.testing.assert_allclose(
+    adv_term.numpy()[:, 0], [0.5 - 1.0, 0.25 + 0.5 * 3.0 - 2.0]
+  )
 
 
 def test_gae_carries_no_gradient():
   values = tf.Variable(np.ones((3, 2), np.float32))
   with tf.GradientTape() as tape:
     adv, ret = gae_lib.unroll_gae(
-        values, np.ones((2, 2), np.float32), np.zeros((2, 2), bool),
-        np.zeros((2, 2), bool), np.zeros((2, 2), np.float32), 0.9, 0.9)
+      values,
+      np.ones((2, 2), np.float32),
+      np.zeros((2, 2), bool),
+      np.zeros((2, 2), bool),
+      np.zeros((2, 2), np.float32),
+      0.9,
+      0.9,
+    )
     total = tf.reduce_sum(adv) + tf.reduce_sum(ret)
   assert tape.gradient(total, values) is None
 
 
 def test_gae_rejects_bad_inputs():
   with pytest.raises(ValueError, match="lambda_"):
-    gae_lib.gae(np.zeros((2, 2)), np.zeros((2, 2)), np.zeros((2, 2)),
-                np.zeros((2, 2)), np.zeros((2, 2)), 1.5)
+    gae_lib.gae(
+      np.zeros((2, 2)),
+      np.zeros((2, 2)),
+      np.zeros((2, 2)),
+      np.zeros((2, 2)),
+      np.zeros((2, 2)),
+      1.5,
+    )
   with pytest.raises(ValueError, match="rewards"):
-    gae_lib.gae(np.zeros((3, 2)), np.zeros((2, 2)), np.zeros((2, 2)),
-                np.zeros((2, 2)), np.zeros((2, 2)), 0.9)
+    gae_lib.gae(
+      np.zeros((3, 2)),
+      np.zeros((2, 2)),
+      np.zeros((2, 2)),
+      np.zeros((2, 2)),
+      np.zeros((2, 2)),
+      0.9,
+    )
   with pytest.raises(ValueError, match="time-major"):
-    gae_lib.gae(np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)),
-                np.zeros((2, 2)), np.zeros((2, 2)), 0.9)
+    gae_lib.gae(
+      np.zeros(2),
+      np.zeros((2, 2)),
+      np.zeros((2, 2)),
+      np.zeros((2, 2)),
+      np.zeros((2, 2)),
+      0.9,
+    )

@@ -19,9 +19,14 @@ from seed_rl.grpc import codec
 from seed_rl.grpc import protocol
 from seed_rl.grpc import seed_rl_pb2
 from seed_rl.grpc import seed_rl_pb2_grpc
-from seed_rl.grpc.client import (ActorClient, LearnerError,
-                                 LearnerUnavailableError, ProtocolError,
-                                 SessionSupersededError, SpecMismatchError)
+from seed_rl.grpc.client import (
+  ActorClient,
+  LearnerError,
+  LearnerUnavailableError,
+  ProtocolError,
+  SessionSupersededError,
+  SpecMismatchError,
+)
 from seed_rl.grpc.server import LearnerServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -58,8 +63,15 @@ class ArgmaxHandler:
       self.disconnects.append((first_env_id, num_envs))
 
 
-def make_batch(first_env_id, rng, num_envs=K, truncated=(), terminated=(),
-               run_id=7, obs_spec=OBS):
+def make_batch(
+  first_env_id,
+  rng,
+  num_envs=K,
+  truncated=(),
+  terminated=(),
+  run_id=7,
+  obs_spec=OBS,
+):
   """A valid StepBatch; `truncated`/`terminated` are env indices."""
   trunc = np.zeros(num_envs, bool)
   trunc[list(truncated)] = True
@@ -69,15 +81,16 @@ def make_batch(first_env_id, rng, num_envs=K, truncated=(), terminated=(),
   obs_shape = (num_envs,) + obs_spec.shape
   final_shape = (int(trunc.sum()),) + obs_spec.shape
   return StepBatch(
-      env_ids=np.arange(first_env_id, first_env_id + num_envs, dtype=np.int32),
-      run_ids=np.full(num_envs, run_id, np.int64),
-      reward=rng.normal(size=num_envs).astype(np.float32),
-      terminated=term,
-      truncated=trunc,
-      observation=rng.normal(size=obs_shape).astype(obs_spec.dtype),
-      final_observation=rng.normal(size=final_shape).astype(obs_spec.dtype),
-      episode_return=rng.normal(size=ended).astype(np.float32),
-      episode_length=np.arange(1, ended + 1, dtype=np.int32))
+    env_ids=np.arange(first_env_id, first_env_id + num_envs, dtype=np.int32),
+    run_ids=np.full(num_envs, run_id, np.int64),
+    reward=rng.normal(size=num_envs).astype(np.float32),
+    terminated=term,
+    truncated=trunc,
+    observation=rng.normal(size=obs_shape).astype(obs_spec.dtype),
+    final_observation=rng.normal(size=final_shape).astype(obs_spec.dtype),
+    episode_return=rng.normal(size=ended).astype(np.float32),
+    episode_length=np.arange(1, ended + 1, dtype=np.int32),
+  )
 
 
 def free_port() -> int:
@@ -126,12 +139,20 @@ def check_good_client(client, rng):
   np.testing.assert_array_equal(actions, batch.observation.argmax(1))
 
 
-def hello_request(actor_id, num_envs=K, obs_spec=OBS, act_spec=ACT,
-                  version=protocol.PROTOCOL_VERSION):
+def hello_request(
+  actor_id,
+  num_envs=K,
+  obs_spec=OBS,
+  act_spec=ACT,
+  version=protocol.PROTOCOL_VERSION,
+):
   return seed_rl_pb2.HelloRequest(
-      protocol_version=version, actor_id=actor_id, num_envs=num_envs,
-      observation_spec=codec.encode_spec(obs_spec),
-      action_spec=codec.encode_spec(act_spec))
+    protocol_version=version,
+    actor_id=actor_id,
+    num_envs=num_envs,
+    observation_spec=codec.encode_spec(obs_spec),
+    action_spec=codec.encode_spec(act_spec),
+  )
 
 
 def rpc_error(fn) -> grpc.RpcError:
@@ -142,8 +163,11 @@ def rpc_error(fn) -> grpc.RpcError:
 
 def send_one(stub, request, session_id):
   """Sends one request on a fresh stream; returns the first response."""
-  metadata = (((protocol.SESSION_METADATA_KEY, session_id),)
-              if session_id is not None else ())
+  metadata = (
+    ((protocol.SESSION_METADATA_KEY, session_id),)
+    if session_id is not None
+    else ()
+  )
   call = stub.Step(iter([request]), metadata=metadata, timeout=5)
   return next(call)
 
@@ -157,7 +181,8 @@ def test_tensor_round_trip(dtype, shape):
   rng = np.random.default_rng(0)
   array = (rng.normal(size=shape) * 50).astype(dtype)
   message = seed_rl_pb2.Tensor.FromString(
-      codec.encode_tensor(array).SerializeToString())
+    codec.encode_tensor(array).SerializeToString()
+  )
   decoded = codec.decode_tensor(message, "x")
   assert decoded.dtype == np.dtype(dtype)
   assert decoded.shape == shape
@@ -168,20 +193,24 @@ def test_tensor_round_trip(dtype, shape):
 def test_tensor_non_contiguous_and_big_endian_inputs():
   array = np.arange(12, dtype=np.int64).reshape(3, 4).T  # Fortran-ordered view
   np.testing.assert_array_equal(
-      codec.decode_tensor(codec.encode_tensor(array)), array)
+    codec.decode_tensor(codec.encode_tensor(array)), array
+  )
   big = np.arange(5, dtype=">f4")
   message = codec.encode_tensor(big)
   assert message.dtype == "float32"
   assert message.data == np.arange(5, dtype="<f4").tobytes()
 
 
-@pytest.mark.parametrize("mutate, expected", [
+@pytest.mark.parametrize(
+  "mutate, expected",
+  [
     (lambda m: setattr(m, "dtype", "object"), "unknown dtype 'object'"),
     (lambda m: setattr(m, "dtype", "complex64"), "unknown dtype"),
     (lambda m: m.shape.__setitem__(0, -2), "negative dimension"),
     (lambda m: setattr(m, "data", m.data[:-1]), "truncated payload"),
     (lambda m: setattr(m, "data", m.data + b"\0"), "oversized payload"),
-])
+  ],
+)
 def test_tensor_decode_errors(mutate, expected):
   message = codec.encode_tensor(np.zeros((2, 3), np.float32))
   mutate(message)
@@ -196,18 +225,28 @@ def test_bool_payload_must_be_zero_or_one():
     codec.decode_tensor(message, "flags")
 
 
-@pytest.mark.parametrize("spec", [
-    OBS, ACT, ArraySpec((), "float64", "scalar"),
+@pytest.mark.parametrize(
+  "spec",
+  [
+    OBS,
+    ACT,
+    ArraySpec((), "float64", "scalar"),
     ArraySpec((84, 84), "uint8", "frame"),
     ArraySpec((3,), "float32", "torque", minimum=-1.0, maximum=[1, 2, 3]),
     ArraySpec((2,), "bool", "flags"),
-])
+  ],
+)
 def test_spec_round_trip(spec):
   message = seed_rl_pb2.TensorSpec.FromString(
-      codec.encode_spec(spec).SerializeToString())
+    codec.encode_spec(spec).SerializeToString()
+  )
   decoded = codec.decode_spec(message, "spec")
   assert (decoded.shape, decoded.dtype, decoded.name, decoded.num_values) == (
-      spec.shape, spec.dtype, spec.name, spec.num_values)
+    spec.shape,
+    spec.dtype,
+    spec.name,
+    spec.num_values,
+  )
   for field in ("minimum", "maximum"):
     expected = getattr(spec, field)
     if expected is None:
@@ -224,10 +263,12 @@ def test_spec_decode_rejects_bounds_of_wrong_shape():
 
 
 def test_step_batch_round_trip():
-  batch = make_batch(8, np.random.default_rng(1), truncated=[0, 2],
-                     terminated=[3])
+  batch = make_batch(
+    8, np.random.default_rng(1), truncated=[0, 2], terminated=[3]
+  )
   request = seed_rl_pb2.StepRequest.FromString(
-      codec.encode_step_batch(batch).SerializeToString())
+    codec.encode_step_batch(batch).SerializeToString()
+  )
   decoded = codec.decode_step_request(request)
   for name in codec.STEP_FIELDS:
     expected = getattr(batch, name)
@@ -239,16 +280,31 @@ def test_step_batch_round_trip():
 # --- Hello --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("obs_spec, act_spec, expected", [
-    (ArraySpec((5,), "float32"), ACT,
-     "observation_spec.shape: learner [4], actor [5]"),
-    (ArraySpec((4,), "float64"), ACT,
-     "observation_spec.dtype: learner float32, actor float64"),
-    (OBS, ArraySpec((), "int32", num_values=6),
-     "action_spec.num_values: learner 4, actor 6"),
-    (OBS, ArraySpec((2,), "float32"),
-     "action_spec.dtype: learner int32, actor float32"),
-])
+@pytest.mark.parametrize(
+  "obs_spec, act_spec, expected",
+  [
+    (
+      ArraySpec((5,), "float32"),
+      ACT,
+      "observation_spec.shape: learner [4], actor [5]",
+    ),
+    (
+      ArraySpec((4,), "float64"),
+      ACT,
+      "observation_spec.dtype: learner float32, actor float64",
+    ),
+    (
+      OBS,
+      ArraySpec((), "int32", num_values=6),
+      "action_spec.num_values: learner 4, actor 6",
+    ),
+    (
+      OBS,
+      ArraySpec((2,), "float32"),
+      "action_spec.dtype: learner int32, actor float32",
+    ),
+  ],
+)
 def test_hello_spec_mismatch(address, obs_spec, act_spec, expected):
   client = ActorClient(address, 1, K, obs_spec, act_spec, connect_timeout_s=5)
   with pytest.raises(SpecMismatchError) as info:
@@ -267,17 +323,30 @@ def test_hello_actor_range_outside_learner(address):
   assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
 
 
-@pytest.mark.parametrize("request_kwargs, code, expected", [
-    (dict(actor_id=1, version=99), grpc.StatusCode.FAILED_PRECONDITION,
-     "protocol_version: learner 1, actor 99"),
-    (dict(actor_id=-1), grpc.StatusCode.INVALID_ARGUMENT,
-     "actor_id: -1, expected >= 0"),
-    (dict(actor_id=1, num_envs=0), grpc.StatusCode.INVALID_ARGUMENT,
-     "num_envs: 0, expected >= 1"),
-])
+@pytest.mark.parametrize(
+  "request_kwargs, code, expected",
+  [
+    (
+      dict(actor_id=1, version=99),
+      grpc.StatusCode.FAILED_PRECONDITION,
+      "protocol_version: learner 1, actor 99",
+    ),
+    (
+      dict(actor_id=-1),
+      grpc.StatusCode.INVALID_ARGUMENT,
+      "actor_id: -1, expected >= 0",
+    ),
+    (
+      dict(actor_id=1, num_envs=0),
+      grpc.StatusCode.INVALID_ARGUMENT,
+      "num_envs: 0, expected >= 1",
+    ),
+  ],
+)
 def test_hello_rejects_bad_request(stub, request_kwargs, code, expected):
-  error = rpc_error(lambda: stub.Hello(hello_request(**request_kwargs),
-                                       timeout=5))
+  error = rpc_error(
+    lambda: stub.Hello(hello_request(**request_kwargs), timeout=5)
+  )
   assert error.code() == code
   assert expected in error.details()
 
@@ -291,8 +360,11 @@ def test_hello_rejects_range_overlapping_another_live_actor(stub, good_client):
 
 def test_hello_response(stub):
   response = stub.Hello(hello_request(2), timeout=5)
-  assert (response.first_env_id, response.num_envs,
-          response.num_envs_total) == (8, K, TOTAL)
+  assert (
+    response.first_env_id,
+    response.num_envs,
+    response.num_envs_total,
+  ) == (8, K, TOTAL)
   assert response.session_id
   assert codec.decode_spec(response.observation_spec, "o").shape == OBS.shape
   assert codec.decode_spec(response.action_spec, "a").num_values == 4
@@ -316,8 +388,9 @@ def test_step_round_trip(address, handler):
       with handler.lock:
         received = handler.batches[-1]
       for name in codec.STEP_FIELDS:
-        np.testing.assert_array_equal(getattr(received, name),
-                                      getattr(batch, name), err_msg=name)
+        np.testing.assert_array_equal(
+          getattr(received, name), getattr(batch, name), err_msg=name
+        )
   deadline = time.monotonic() + 5
   while (4, K) not in handler.disconnects and time.monotonic() < deadline:
     time.sleep(0.01)
@@ -329,11 +402,18 @@ def test_step_accepts_permuted_env_ids(address):
   with ActorClient(address, 1, K, OBS, ACT, connect_timeout_s=5) as client:
     batch = make_batch(4, rng)
     order = np.array([2, 0, 3, 1])
-    for name in ("env_ids", "run_ids", "reward", "terminated", "truncated",
-                 "observation"):
+    for name in (
+      "env_ids",
+      "run_ids",
+      "reward",
+      "terminated",
+      "truncated",
+      "observation",
+    ):
       setattr(batch, name, getattr(batch, name)[order])
-    np.testing.assert_array_equal(client.step(batch),
-                                  batch.observation.argmax(1))
+    np.testing.assert_array_equal(
+      client.step(batch), batch.observation.argmax(1)
+    )
 
 
 def test_step_round_trip_atari_frames():
@@ -345,17 +425,18 @@ def test_step_round_trip_atari_frames():
   try:
     with ActorClient(address, 1, 8, frame, ACT, connect_timeout_s=5) as client:
       for step in range(5):
-        batch = make_batch(8, rng, num_envs=8, truncated=[step],
-                           obs_spec=frame)
+        batch = make_batch(8, rng, num_envs=8, truncated=[step], obs_spec=frame)
         batch.observation = rng.integers(0, 256, (8, 84, 84), np.uint8)
         batch.final_observation = rng.integers(0, 256, (1, 84, 84), np.uint8)
         actions = client.step(batch)
         np.testing.assert_array_equal(
-            actions, batch.observation.reshape(8, -1).argmax(1) % 4)
+          actions, batch.observation.reshape(8, -1).argmax(1) % 4
+        )
         received = handler.batches[-1]
         np.testing.assert_array_equal(received.observation, batch.observation)
-        np.testing.assert_array_equal(received.final_observation,
-                                      batch.final_observation)
+        np.testing.assert_array_equal(
+          received.final_observation, batch.final_observation
+        )
   finally:
     learner.stop()
 
@@ -374,80 +455,118 @@ def _truncate_observation(r):
 
 
 MALFORMED_CASES = {
-    "wrong_dtype": (_set("reward", np.zeros(K, np.float64)),
-                    "reward: dtype float64, expected float32"),
-    "wrong_obs_dtype": (_set("observation", np.zeros((K, 4), np.float64)),
-                        "observation: dtype float64, expected float32"),
-    "unknown_dtype": (lambda r: setattr(r.run_ids, "dtype", "object"),
-                      "run_ids: unknown dtype 'object'"),
-    "missing_field": (lambda r: r.ClearField("run_ids"),
-                      "run_ids: missing"),
-    "negative_shape": (lambda r: r.reward.shape.__setitem__(0, -4),
-                       "reward: shape [-4] has a negative dimension"),
-    "wrong_obs_shape": (_set("observation", np.zeros((K, 5), np.float32)),
-                        "observation: shape [4, 5], expected [4, 4]"),
-    "wrong_obs_rows": (_set("observation", np.zeros((K - 1, 4), np.float32)),
-                       "observation: 3 rows, expected 4"),
-    "wrong_reward_count": (_set("reward", np.zeros(K - 1, np.float32)),
-                           "reward: 3 entries, expected 4"),
-    "wrong_flag_shape": (_set("terminated", np.zeros((K, 1), bool)),
-                         "terminated: shape [4, 1], expected [4]"),
-    "final_observation_rows": (
-        _set("final_observation", np.zeros((0, 4), np.float32)),
-        "final_observation: 0 rows, expected 1"),
-    "episode_length_count": (_set("episode_length", np.zeros(3, np.int32)),
-                             "episode_length: 3 entries but episode_return "
-                             "has 1"),
-    "env_id_out_of_range": (_set("env_ids", np.array([8, 9, 10, 99],
-                                                      np.int32)),
-                            "env_ids: env id 99 is outside the learner's "
-                            "range 0..23"),
-    "env_id_of_other_actor": (_set("env_ids", np.array([8, 9, 10, 1],
-                                                       np.int32)),
-                              "env_ids: env id 1 belongs to actor 0; this "
-                              "stream is actor 2 owning 8..11"),
-    "duplicate_env_ids": (_set("env_ids", np.array([8, 8, 10, 11], np.int32)),
-                          "env_ids: duplicate env id 8"),
-    "nan_reward": (_set("reward", np.array([0, np.nan, 0, 0], np.float32)),
-                   "reward: non-finite value nan at env id 9"),
-    "inf_observation": (
-        _set("observation",
-             np.array([[0, 0, 0, 0]] * 3 + [[0, np.inf, 0, 0]], np.float32)),
-        "observation: non-finite value inf at env id 11"),
-    "inf_final_observation": (
-        _set("final_observation", np.array([[0, -np.inf, 0, 0]], np.float32)),
-        "final_observation: non-finite value -inf at env id 9"),
-    "truncated_payload": (_truncate_observation,
-                          "observation: truncated payload"),
-    "bad_bool_bytes": (lambda r: setattr(r.truncated, "data",
-                                         b"\x00\x01\x00\x07"),
-                       "truncated: bool payload holds bytes other than 0 "
-                       "and 1"),
-    "terminated_and_truncated": (_set("terminated",
-                                      np.array([0, 1, 0, 0], bool)),
-                                 "both set for env id 9"),
-    # Finite but absurd values would make the loss inf and the weights NaN.
-    "huge_reward": (_set("reward", np.array([0, 0, 3e38, 0], np.float32)),
-                    "reward: 3e+38 at env id 10 exceeds the learner's limit"),
-    "huge_observation": (
-        _set("observation",
-             np.array([[0, 0, 0, 0]] * 3 + [[0, -1e30, 0, 0]], np.float32)),
-        "observation: -1e+30 at env id 11 exceeds"),
-    # Episode statistics only for envs that ended in this step (env 9 here).
-    "forged_episode_stats": (
-        lambda r: (codec.fill_tensor(r.episode_return,
-                                     np.full(100, 1e9, np.float32)),
-                   codec.fill_tensor(r.episode_length,
-                                     np.full(100, 1000, np.int32))),
-        "episode_return: 100 entries, expected 1"),
-    "zero_episode_length": (_set("episode_length", np.zeros(1, np.int32)),
-                            "episode_length: 0, expected >= 1"),
-    "episode_return_beyond_length": (
-        _set("episode_return", np.array([1e9], np.float32)),
-        "exceeds episode_length x max_abs_reward"),
-    "handler_value_error": (_set("run_ids", np.full(K, RUN_ID_VALUE_ERROR,
-                                                    np.int64)),
-                            "run_ids: handler refuses this run id"),
+  "wrong_dtype": (
+    _set("reward", np.zeros(K, np.float64)),
+    "reward: dtype float64, expected float32",
+  ),
+  "wrong_obs_dtype": (
+    _set("observation", np.zeros((K, 4), np.float64)),
+    "observation: dtype float64, expected float32",
+  ),
+  "unknown_dtype": (
+    lambda r: setattr(r.run_ids, "dtype", "object"),
+    "run_ids: unknown dtype 'object'",
+  ),
+  "missing_field": (lambda r: r.ClearField("run_ids"), "run_ids: missing"),
+  "negative_shape": (
+    lambda r: r.reward.shape.__setitem__(0, -4),
+    "reward: shape [-4] has a negative dimension",
+  ),
+  "wrong_obs_shape": (
+    _set("observation", np.zeros((K, 5), np.float32)),
+    "observation: shape [4, 5], expected [4, 4]",
+  ),
+  "wrong_obs_rows": (
+    _set("observation", np.zeros((K - 1, 4), np.float32)),
+    "observation: 3 rows, expected 4",
+  ),
+  "wrong_reward_count": (
+    _set("reward", np.zeros(K - 1, np.float32)),
+    "reward: 3 entries, expected 4",
+  ),
+  "wrong_flag_shape": (
+    _set("terminated", np.zeros((K, 1), bool)),
+    "terminated: shape [4, 1], expected [4]",
+  ),
+  "final_observation_rows": (
+    _set("final_observation", np.zeros((0, 4), np.float32)),
+    "final_observation: 0 rows, expected 1",
+  ),
+  "episode_length_count": (
+    _set("episode_length", np.zeros(3, np.int32)),
+    "episode_length: 3 entries but episode_return has 1",
+  ),
+  "env_id_out_of_range": (
+    _set("env_ids", np.array([8, 9, 10, 99], np.int32)),
+    "env_ids: env id 99 is outside the learner's range 0..23",
+  ),
+  "env_id_of_other_actor": (
+    _set("env_ids", np.array([8, 9, 10, 1], np.int32)),
+    "env_ids: env id 1 belongs to actor 0; this stream is actor 2 owning 8..11",
+  ),
+  "duplicate_env_ids": (
+    _set("env_ids", np.array([8, 8, 10, 11], np.int32)),
+    "env_ids: duplicate env id 8",
+  ),
+  "nan_reward": (
+    _set("reward", np.array([0, np.nan, 0, 0], np.float32)),
+    "reward: non-finite value nan at env id 9",
+  ),
+  "inf_observation": (
+    _set(
+      "observation",
+      np.array([[0, 0, 0, 0]] * 3 + [[0, np.inf, 0, 0]], np.float32),
+    ),
+    "observation: non-finite value inf at env id 11",
+  ),
+  "inf_final_observation": (
+    _set("final_observation", np.array([[0, -np.inf, 0, 0]], np.float32)),
+    "final_observation: non-finite value -inf at env id 9",
+  ),
+  "truncated_payload": (
+    _truncate_observation,
+    "observation: truncated payload",
+  ),
+  "bad_bool_bytes": (
+    lambda r: setattr(r.truncated, "data", b"\x00\x01\x00\x07"),
+    "truncated: bool payload holds bytes other than 0 and 1",
+  ),
+  "terminated_and_truncated": (
+    _set("terminated", np.array([0, 1, 0, 0], bool)),
+    "both set for env id 9",
+  ),
+  # Finite but absurd values would make the loss inf and the weights NaN.
+  "huge_reward": (
+    _set("reward", np.array([0, 0, 3e38, 0], np.float32)),
+    "reward: 3e+38 at env id 10 exceeds the learner's limit",
+  ),
+  "huge_observation": (
+    _set(
+      "observation",
+      np.array([[0, 0, 0, 0]] * 3 + [[0, -1e30, 0, 0]], np.float32),
+    ),
+    "observation: -1e+30 at env id 11 exceeds",
+  ),
+  # Episode statistics only for envs that ended in this step (env 9 here).
+  "forged_episode_stats": (
+    lambda r: (
+      codec.fill_tensor(r.episode_return, np.full(100, 1e9, np.float32)),
+      codec.fill_tensor(r.episode_length, np.full(100, 1000, np.int32)),
+    ),
+    "episode_return: 100 entries, expected 1",
+  ),
+  "zero_episode_length": (
+    _set("episode_length", np.zeros(1, np.int32)),
+    "episode_length: 0, expected >= 1",
+  ),
+  "episode_return_beyond_length": (
+    _set("episode_return", np.array([1e9], np.float32)),
+    "exceeds episode_length x max_abs_reward",
+  ),
+  "handler_value_error": (
+    _set("run_ids", np.full(K, RUN_ID_VALUE_ERROR, np.int64)),
+    "run_ids: handler refuses this run id",
+  ),
 }
 
 
@@ -465,10 +584,13 @@ def test_malformed_step_is_rejected(stub, good_client, case):
   check_good_client(good_client, rng)
 
 
-@pytest.mark.parametrize("session_id, expected", [
+@pytest.mark.parametrize(
+  "session_id, expected",
+  [
     (None, "missing 'seed-session' metadata"),
     ("bogus", "unknown session id 'bogus'"),
-])
+  ],
+)
 def test_step_without_valid_session(stub, good_client, session_id, expected):
   request = codec.encode_step_batch(make_batch(8, np.random.default_rng(5)))
   error = rpc_error(lambda: send_one(stub, request, session_id))
@@ -481,8 +603,11 @@ def test_second_stream_on_one_session_is_rejected(stub, good_client):
   rng = np.random.default_rng(6)
   session = stub.Hello(hello_request(BAD_ACTOR), timeout=5).session_id
   requests = [codec.encode_step_batch(make_batch(8, rng))]
-  first = stub.Step(iter(requests * 100), metadata=(
-      (protocol.SESSION_METADATA_KEY, session),), timeout=5)
+  first = stub.Step(
+    iter(requests * 100),
+    metadata=((protocol.SESSION_METADATA_KEY, session),),
+    timeout=5,
+  )
   next(first)  # the stream has claimed the session
   error = rpc_error(lambda: send_one(stub, requests[0], session))
   assert "already has an open Step stream" in error.details()
@@ -496,7 +621,8 @@ def test_handler_exception_is_internal_for_that_stream_only(stub, good_client):
   batch = make_batch(8, rng)
   batch.run_ids[:] = RUN_ID_RUNTIME_ERROR
   error = rpc_error(
-      lambda: send_one(stub, codec.encode_step_batch(batch), session))
+    lambda: send_one(stub, codec.encode_step_batch(batch), session)
+  )
   assert error.code() == grpc.StatusCode.INTERNAL
   assert "RuntimeError: handler exploded" in error.details()
   check_good_client(good_client, rng)
@@ -515,8 +641,9 @@ def test_client_maps_invalid_argument_to_protocol_error(address):
       client.step(batch)
     # The client reconnects on the next step after a rejected one.
     batch.run_ids[:] = 1
-    np.testing.assert_array_equal(client.step(batch),
-                                  batch.observation.argmax(1))
+    np.testing.assert_array_equal(
+      client.step(batch), batch.observation.argmax(1)
+    )
 
 
 # --- sessions, reconnects -------------------------------------------------------
@@ -543,8 +670,10 @@ def test_superseding_hello(address, handler):
     old.close()
     new.close()
   deadline = time.monotonic() + 5
-  while (handler.disconnects.count((16, K)) == disconnects_before and
-         time.monotonic() < deadline):
+  while (
+    handler.disconnects.count((16, K)) == disconnects_before
+    and time.monotonic() < deadline
+  ):
     time.sleep(0.01)
   time.sleep(0.05)  # a second, wrong report would land about now
   assert handler.disconnects.count((16, K)) == disconnects_before + 1
@@ -552,8 +681,15 @@ def test_superseding_hello(address, handler):
 
 def test_connect_times_out_without_learner():
   start = time.monotonic()
-  client = ActorClient(f"localhost:{free_port()}", 0, K, OBS, ACT,
-                       connect_timeout_s=0.5, max_backoff_s=0.2)
+  client = ActorClient(
+    f"localhost:{free_port()}",
+    0,
+    K,
+    OBS,
+    ACT,
+    connect_timeout_s=0.5,
+    max_backoff_s=0.2,
+  )
   with pytest.raises(LearnerUnavailableError, match="within 0.5s"):
     client.connect()
   client.close()
@@ -564,8 +700,9 @@ def test_client_waits_for_learner_and_survives_restart():
   port = free_port()
   address = f"localhost:{port}"
   rng = np.random.default_rng(10)
-  client = ActorClient(address, 1, K, OBS, ACT, connect_timeout_s=10,
-                       max_backoff_s=0.2)
+  client = ActorClient(
+    address, 1, K, OBS, ACT, connect_timeout_s=10, max_backoff_s=0.2
+  )
   result = {}
 
   def step_in_background(batch):
@@ -587,7 +724,9 @@ def test_client_waits_for_learner_and_survives_restart():
   try:
     thread.join(10)
     assert "error" not in result, result.get("error")
-    np.testing.assert_array_equal(result["actions"], batch.observation.argmax(1))
+    np.testing.assert_array_equal(
+      result["actions"], batch.observation.argmax(1)
+    )
     old_session = client.session_id
 
     # The learner restarts on the same port while the actor is mid-run.
@@ -601,29 +740,39 @@ def test_client_waits_for_learner_and_survives_restart():
     learner.start()
     thread.join(10)
     assert "error" not in result, result.get("error")
-    np.testing.assert_array_equal(result["actions"], batch.observation.argmax(1))
+    np.testing.assert_array_equal(
+      result["actions"], batch.observation.argmax(1)
+    )
     # The batch was resent to the new learner.
-    np.testing.assert_array_equal(handler2.batches[0].observation,
-                                  batch.observation)
+    np.testing.assert_array_equal(
+      handler2.batches[0].observation, batch.observation
+    )
     assert client.session_id != old_session
 
     # A session id from the previous learner instance is recognised as stale.
     with grpc.insecure_channel(address) as channel:
-      error = rpc_error(lambda: send_one(
+      error = rpc_error(
+        lambda: send_one(
           seed_rl_pb2_grpc.SeedRLStub(channel),
-          codec.encode_step_batch(batch), old_session))
+          codec.encode_step_batch(batch),
+          old_session,
+        )
+      )
     assert error.code() == grpc.StatusCode.ABORTED
     assert "learner restarted" in error.details()
-    assert dict(error.trailing_metadata())[
-        protocol.REASON_METADATA_KEY] == protocol.REASON_LEARNER_RESTARTED
+    assert (
+      dict(error.trailing_metadata())[protocol.REASON_METADATA_KEY]
+      == protocol.REASON_LEARNER_RESTARTED
+    )
   finally:
     client.close()
     learner.stop()
 
 
 def test_server_refuses_port_in_use(server):
-  other = LearnerServer(f"localhost:{server.port}", OBS, ACT, TOTAL,
-                        ArgmaxHandler())
+  other = LearnerServer(
+    f"localhost:{server.port}", OBS, ACT, TOTAL, ArgmaxHandler()
+  )
   with pytest.raises(OSError, match="cannot bind"):
     other.start()
 
@@ -637,12 +786,14 @@ def test_server_constructor_validates():
 
 def test_more_actors_than_workers_fail_fast():
   handler = ArgmaxHandler()
-  learner = LearnerServer("localhost:0", OBS, ACT, TOTAL, handler,
-                          max_workers=2)
+  learner = LearnerServer(
+    "localhost:0", OBS, ACT, TOTAL, handler, max_workers=2
+  )
   address = f"localhost:{learner.start()}"
   rng = np.random.default_rng(11)
-  clients = [ActorClient(address, i, K, OBS, ACT, connect_timeout_s=5)
-             for i in range(3)]
+  clients = [
+    ActorClient(address, i, K, OBS, ACT, connect_timeout_s=5) for i in range(3)
+  ]
   try:
     for i in range(2):
       clients[i].step(make_batch(i * K, rng))

@@ -36,11 +36,13 @@ class RecordingAgent(Agent):
     self.calls.append(inputs)
     obs = inputs.observation.reshape(len(inputs.env_ids), -1)
     return ActOutputs(
-        action=(inputs.env_ids % 2).astype(np.int32),
-        value=obs.sum(-1).astype(np.float32),
-        extras={"logits": np.tile(inputs.env_ids[:, None], (1, 2))
-                .astype(np.float32)},
-        core_state=(inputs.core_state[0] + 1,))
+      action=(inputs.env_ids % 2).astype(np.int32),
+      value=obs.sum(-1).astype(np.float32),
+      extras={
+        "logits": np.tile(inputs.env_ids[:, None], (1, 2)).astype(np.float32)
+      },
+      core_state=(inputs.core_state[0] + 1,),
+    )
 
   def add_unrolls(self, unrolls):
     self.unrolls.append(unrolls)
@@ -56,31 +58,46 @@ class RecordingAgent(Agent):
     return {}
 
 
-def _batch(env_ids, run_ids, obs, reward=None, terminated=None,
-           truncated=None, final_obs=None):
+def _batch(
+  env_ids,
+  run_ids,
+  obs,
+  reward=None,
+  terminated=None,
+  truncated=None,
+  final_obs=None,
+):
   k = len(env_ids)
   obs = np.asarray(obs, np.float32).reshape(k, -1)
   return StepBatch(
-      env_ids=np.asarray(env_ids, np.int32),
-      run_ids=np.asarray(run_ids, np.int64),
-      reward=np.asarray(reward if reward is not None else [0.] * k,
-                        np.float32),
-      terminated=np.asarray(terminated or [False] * k),
-      truncated=np.asarray(truncated or [False] * k),
-      observation=obs,
-      final_observation=(np.zeros((0, obs.shape[1]), np.float32)
-                         if final_obs is None else
-                         np.asarray(final_obs, np.float32)),
-      episode_return=np.zeros(0, np.float32),
-      episode_length=np.zeros(0, np.int32))
+    env_ids=np.asarray(env_ids, np.int32),
+    run_ids=np.asarray(run_ids, np.int64),
+    reward=np.asarray(reward if reward is not None else [0.0] * k, np.float32),
+    terminated=np.asarray(terminated or [False] * k),
+    truncated=np.asarray(truncated or [False] * k),
+    observation=obs,
+    final_observation=(
+      np.zeros((0, obs.shape[1]), np.float32)
+      if final_obs is None
+      else np.asarray(final_obs, np.float32)
+    ),
+    episode_return=np.zeros(0, np.float32),
+    episode_length=np.zeros(0, np.int32),
+  )
 
 
 def _learner(num_train=2, num_eval=0, frame_stack=1, obs_shape=(2,)):
   obs_spec = ArraySpec(obs_shape, "float32")
   act_spec = ArraySpec((), "int32", num_values=2)
   agent = RecordingAgent(obs_spec, act_spec, num_train)
-  learner = Learner(agent, obs_spec, act_spec, num_train, num_eval,
-                    LearnerConfig(frame_stack=frame_stack))
+  learner = Learner(
+    agent,
+    obs_spec,
+    act_spec,
+    num_train,
+    num_eval,
+    LearnerConfig(frame_stack=frame_stack),
+  )
   return learner, agent
 
 
@@ -92,8 +109,9 @@ def test_core_state_and_prev_action_reset_at_episode_end_and_restart():
   np.testing.assert_array_equal(agent.calls[-1].core_state[0][:, 0], [1, 1])
   np.testing.assert_array_equal(agent.calls[-1].prev_action, [0, 1])
   # env 0 terminates; env 1's actor restarted (new run id).
-  learner._infer([_batch(ids, [5, 7], [[1, 1], [2, 2]], terminated=[True,
-                                                                   False])])
+  learner._infer(
+    [_batch(ids, [5, 7], [[1, 1], [2, 2]], terminated=[True, False])]
+  )
   call = agent.calls[-1]
   np.testing.assert_array_equal(call.core_state[0][:, 0], [0, 0])
   np.testing.assert_array_equal(call.prev_action, [0, 0])
@@ -106,8 +124,18 @@ def test_truncation_values_final_observation_with_pre_reset_state():
   ids = [0, 1]
   learner._infer([_batch(ids, [5, 6], [[1, 1], [2, 2]])])
   learner._infer([_batch(ids, [5, 6], [[1, 1], [2, 2]])])
-  learner._infer([_batch(ids, [5, 6], [[3, 3], [4, 4]], reward=[1., 2.],
-                         truncated=[False, True], final_obs=[[10, 20]])])
+  learner._infer(
+    [
+      _batch(
+        ids,
+        [5, 6],
+        [[3, 3], [4, 4]],
+        reward=[1.0, 2.0],
+        truncated=[False, True],
+        final_obs=[[10, 20]],
+      )
+    ]
+  )
   call = agent.calls[-1]
   # Two main rows plus env 1's final observation with its old state.
   np.testing.assert_array_equal(call.env_ids, [0, 1, 1])
@@ -119,9 +147,9 @@ def test_truncation_values_final_observation_with_pre_reset_state():
   (unroll,) = agent.unrolls
   np.testing.assert_array_equal(unroll.env_ids, [0, 1])
   np.testing.assert_array_equal(unroll.truncated[:, 2], [False, True])
-  np.testing.assert_array_equal(unroll.bootstrap_value[:, 2], [0., 30.])
-  np.testing.assert_array_equal(unroll.reward[:, 2], [1., 2.])
-  np.testing.assert_array_equal(unroll.value[1], [4., 4., 8., 4.])
+  np.testing.assert_array_equal(unroll.bootstrap_value[:, 2], [0.0, 30.0])
+  np.testing.assert_array_equal(unroll.reward[:, 2], [1.0, 2.0])
+  np.testing.assert_array_equal(unroll.value[1], [4.0, 4.0, 8.0, 4.0])
   np.testing.assert_array_equal(unroll.core_state[0][:, 0], [0, 0])
   assert unroll.extras["logits"].shape == (2, 4, 2)
   learner.shutdown()
@@ -154,8 +182,12 @@ def test_frame_stacking_zeroes_history_at_episode_start():
 
 def test_several_actor_batches_split_actions_back_in_order():
   learner, _ = _learner(num_train=5)
-  out = learner._infer([_batch([0, 1], [1, 1], [[0, 0]] * 2),
-                        _batch([2, 3, 4], [1, 1, 1], [[0, 0]] * 3)])
+  out = learner._infer(
+    [
+      _batch([0, 1], [1, 1], [[0, 0]] * 2),
+      _batch([2, 3, 4], [1, 1, 1], [[0, 0]] * 3),
+    ]
+  )
   assert [a.tolist() for a in out] == [[0, 1], [0, 1, 0]]
   learner.shutdown()
 
@@ -163,6 +195,7 @@ def test_several_actor_batches_split_actions_back_in_order():
 def test_packed_four_frame_stack_matches_the_generic_stack():
   """The uint32 fast path for 4 uint8 frames equals plain channel stacking."""
   from seed_rl.common.env_state import EnvStateTable  # pylint: disable=g-import-not-at-top
+
   spec = ArraySpec((3, 5), "uint8")
   act = ArraySpec((), "int32", num_values=2)
   fast = EnvStateTable(4, spec, act, lambda n: (), frame_stack=4)

@@ -41,8 +41,9 @@ def test_mlp_torso_rejects_bad_arguments():
 @pytest.mark.parametrize("kind,size", [("impala", 256), ("nature", 512)])
 def test_atari_torso_shapes(kind, size):
   torso = atari_torso(kind=kind)
-  frames = np.random.default_rng(0).integers(0, 256, [2, 84, 84, 4],
-                                             dtype=np.uint8)
+  frames = np.random.default_rng(0).integers(
+    0, 256, [2, 84, 84, 4], dtype=np.uint8
+  )
   features = torso(frames)
   assert features.shape == (2, size) and features.dtype == tf.float32
   assert np.all(np.isfinite(features))
@@ -60,16 +61,19 @@ def _nature_reference(torso, frames):
 
 def test_atari_torso_scales_inside():
   torso = atari_torso(kind="nature", dense_size=8)
-  frames = np.random.default_rng(1).integers(0, 256, [3, 84, 84, 4],
-                                             dtype=np.uint8)
-  np.testing.assert_allclose(torso(frames), _nature_reference(torso, frames),
-                             rtol=1e-5, atol=1e-6)
+  frames = np.random.default_rng(1).integers(
+    0, 256, [3, 84, 84, 4], dtype=np.uint8
+  )
+  np.testing.assert_allclose(
+    torso(frames), _nature_reference(torso, frames), rtol=1e-5, atol=1e-6
+  )
 
 
 @pytest.mark.parametrize("kind", ["impala", "nature"])
 def test_atari_torso_bfloat16_compute(kind, tmp_path):
-  frames = np.random.default_rng(2).integers(0, 256, [4, 84, 84, 4],
-                                             dtype=np.uint8)
+  frames = np.random.default_rng(2).integers(
+    0, 256, [4, 84, 84, 4], dtype=np.uint8
+  )
   fast = atari_torso(kind=kind, dense_size=32, compute_dtype="bfloat16")
   features = fast(frames)
   # Weights stay float32 (same checkpoints); the features come out float32.
@@ -83,8 +87,9 @@ def test_atari_torso_bfloat16_compute(kind, tmp_path):
   tf.train.Checkpoint(net=exact).restore(path).assert_consumed()
   expected = exact(frames).numpy()
   if kind == "nature":
-    np.testing.assert_allclose(expected, _nature_reference(exact, frames),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+      expected, _nature_reference(exact, frames), rtol=1e-5, atol=1e-6
+    )
   scale = np.abs(expected).max()
   assert scale > 0
   np.testing.assert_allclose(features, expected, atol=0.03 * scale)
@@ -97,8 +102,10 @@ def test_atari_torso_bfloat16_compute(kind, tmp_path):
 
 
 def test_atari_torso_rejects_unknown_compute_dtype():
-  with pytest.raises(ValueError, match="compute_dtype 'float16' is unknown; "
-                     "allowed: float32, bfloat16"):
+  with pytest.raises(
+    ValueError,
+    match="compute_dtype 'float16' is unknown; allowed: float32, bfloat16",
+  ):
     atari_torso(kind="nature", compute_dtype="float16")
 
 
@@ -118,17 +125,23 @@ def test_atari_torso_network_checkpoint_round_trip(kind, tmp_path):
   spec = ArraySpec((84, 84, 4), "uint8")
 
   def make():
-    torso = functools.partial(atari_torso, kind=kind, dense_size=16,
-                              impala_channels=(4, 8))
+    torso = functools.partial(
+      atari_torso, kind=kind, dense_size=16, impala_channels=(4, 8)
+    )
     net = networks.ActorCriticNetwork(torso, NUM_ACTIONS, tf.identity)
     networks.build_network(net, spec, ArraySpec((), "int32"))
     return net
 
   saved, restored = _restored_copy(make, tmp_path)
-  frames = np.random.default_rng(4).integers(0, 256, [2, 84, 84, 4],
-                                             dtype=np.uint8)
-  args = (np.zeros([2], np.int32), np.zeros([2], np.float32),
-          np.zeros([2], bool), ())
+  frames = np.random.default_rng(4).integers(
+    0, 256, [2, 84, 84, 4], dtype=np.uint8
+  )
+  args = (
+    np.zeros([2], np.int32),
+    np.zeros([2], np.float32),
+    np.zeros([2], bool),
+    (),
+  )
   expected, _, _ = saved.step(frames, *args)
   got, _, _ = restored.step(frames, *args)
   np.testing.assert_array_equal(got, expected)
@@ -148,8 +161,9 @@ def test_mlp_torso_checkpoint_round_trip(tmp_path):
 
 def test_action_features():
   one_hot = networks.action_features(distributions.Categorical(3))
-  np.testing.assert_array_equal(one_hot(np.array([2, 0], np.int32)),
-                                [[0, 0, 1], [1, 0, 0]])
+  np.testing.assert_array_equal(
+    one_hot(np.array([2, 0], np.int32)), [[0, 0, 1], [1, 0, 0]]
+  )
   gaussian = distributions.DiagGaussian(2, bounds="none")
   features = networks.action_features(gaussian)(np.ones([3, 2], np.float64))
   assert features.dtype == tf.float32 and features.shape == (3, 2)
@@ -163,14 +177,18 @@ def test_atari_torso_rejects_unknown_kind():
 def make_network(use_lstm, separate_value_torso=False):
   dist = distributions.Categorical(NUM_ACTIONS)
   network = networks.ActorCriticNetwork(
-      torso_fn=functools.partial(mlp_torso, hidden_sizes=(16,)),
-      num_policy_params=dist.num_params,
-      action_features=networks.action_features(dist),
-      use_lstm=use_lstm,
-      lstm_size=8,
-      separate_value_torso=separate_value_torso)
-  networks.build_network(network, ArraySpec((4,), "float32"),
-                         ArraySpec((), "int32", num_values=NUM_ACTIONS))
+    torso_fn=functools.partial(mlp_torso, hidden_sizes=(16,)),
+    num_policy_params=dist.num_params,
+    action_features=networks.action_features(dist),
+    use_lstm=use_lstm,
+    lstm_size=8,
+    separate_value_torso=separate_value_torso,
+  )
+  networks.build_network(
+    network,
+    ArraySpec((4,), "float32"),
+    ArraySpec((), "int32", num_values=NUM_ACTIONS),
+  )
   # Non-zero biases so zeroed inputs still produce distinguishable outputs.
   rng = np.random.default_rng(1)
   for variable in network.trainable_variables:
@@ -183,37 +201,46 @@ def random_unroll(rng, num_steps1, batch, done_at=()):
   for t, b in done_at:
     done[t, b] = True
   prev_action = rng.integers(0, NUM_ACTIONS, [num_steps1, batch]).astype(
-      np.int32)
+    np.int32
+  )
   prev_action[done] = 0
   return dict(
-      observation=rng.normal(size=[num_steps1, batch, 4]).astype(np.float32),
-      prev_action=prev_action,
-      reward=rng.normal(size=[num_steps1, batch]).astype(np.float32),
-      done=done)
+    observation=rng.normal(size=[num_steps1, batch, 4]).astype(np.float32),
+    prev_action=prev_action,
+    reward=rng.normal(size=[num_steps1, batch]).astype(np.float32),
+    done=done,
+  )
 
 
 def step_through(network, inputs, state):
   params, baselines = [], []
   for t in range(inputs["done"].shape[0]):
-    p, v, state = network.step(inputs["observation"][t],
-                               inputs["prev_action"][t], inputs["reward"][t],
-                               inputs["done"][t], state)
+    p, v, state = network.step(
+      inputs["observation"][t],
+      inputs["prev_action"][t],
+      inputs["reward"][t],
+      inputs["done"][t],
+      state,
+    )
     params.append(p)
     baselines.append(v)
   return np.stack(params), np.stack(baselines), state
 
 
-@pytest.mark.parametrize("use_lstm,separate", [(False, False), (False, True),
-                                               (True, False)])
+@pytest.mark.parametrize(
+  "use_lstm,separate", [(False, False), (False, True), (True, False)]
+)
 def test_step_equals_unroll(use_lstm, separate):
   network = make_network(use_lstm, separate)
   rng = np.random.default_rng(2)
   inputs = random_unroll(rng, 6, 3, done_at=[(2, 0), (4, 1), (0, 2)])
   state = tuple(
-      tf.constant(rng.normal(size=s.shape), tf.float32)
-      for s in network.initial_state(3))
+    tf.constant(rng.normal(size=s.shape), tf.float32)
+    for s in network.initial_state(3)
+  )
   params, baseline = network.unroll(
-      **{k: tf.constant(v) for k, v in inputs.items()}, core_state=state)
+    **{k: tf.constant(v) for k, v in inputs.items()}, core_state=state
+  )
   assert params.shape == (6, 3, NUM_ACTIONS) and baseline.shape == (6, 3)
   step_params, step_baseline, _ = step_through(network, inputs, state)
   np.testing.assert_allclose(params, step_params, rtol=1e-5, atol=1e-5)
@@ -225,8 +252,12 @@ def test_step_shapes_and_state():
   state = network.initial_state(5)
   assert [s.shape for s in state] == [(5, 8), (5, 8)]
   params, baseline, new_state = network.step(
-      np.zeros([5, 4], np.float32), np.zeros([5], np.int32),
-      np.zeros([5], np.float32), np.zeros([5], bool), state)
+    np.zeros([5, 4], np.float32),
+    np.zeros([5], np.int32),
+    np.zeros([5], np.float32),
+    np.zeros([5], bool),
+    state,
+  )
   assert params.shape == (5, NUM_ACTIONS) and baseline.shape == (5,)
   assert [s.shape for s in new_state] == [(5, 8), (5, 8)]
   assert make_network(use_lstm=False).initial_state(5) == ()
@@ -240,8 +271,10 @@ def test_lstm_resets_at_done():
   other = random_unroll(rng, 5, 2, done_at=[(2, 0), (2, 1)])
   for key in inputs:
     other[key][2:] = inputs[key][2:]
-  state_a = tuple(tf.constant(rng.normal(size=s.shape), tf.float32)
-                  for s in network.initial_state(2))
+  state_a = tuple(
+    tf.constant(rng.normal(size=s.shape), tf.float32)
+    for s in network.initial_state(2)
+  )
   state_b = network.initial_state(2)
   params_a, base_a = network.unroll(**inputs, core_state=state_a)
   params_b, base_b = network.unroll(**other, core_state=state_b)
@@ -256,26 +289,39 @@ def test_lstm_done_zeroes_previous_action_and_reward():
   state = network.initial_state(2)
   obs = np.zeros([2, 4], np.float32)
   done = np.array([True, True])
-  params, _, _ = network.step(obs, np.array([0, 2], np.int32),
-                              np.array([0.0, 5.0], np.float32), done, state)
+  params, _, _ = network.step(
+    obs,
+    np.array([0, 2], np.int32),
+    np.array([0.0, 5.0], np.float32),
+    done,
+    state,
+  )
   np.testing.assert_allclose(params[0], params[1], rtol=1e-6)
   not_done = np.array([False, False])
-  params, _, _ = network.step(obs, np.array([0, 2], np.int32),
-                              np.array([0.0, 5.0], np.float32), not_done,
-                              state)
+  params, _, _ = network.step(
+    obs,
+    np.array([0, 2], np.int32),
+    np.array([0.0, 5.0], np.float32),
+    not_done,
+    state,
+  )
   assert not np.allclose(params[0], params[1])
 
 
 def test_network_rejects_lstm_with_separate_value_torso():
   with pytest.raises(ValueError, match="separate_value_torso"):
-    networks.ActorCriticNetwork(mlp_torso, 2, tf.identity, use_lstm=True,
-                                separate_value_torso=True)
+    networks.ActorCriticNetwork(
+      mlp_torso, 2, tf.identity, use_lstm=True, separate_value_torso=True
+    )
 
 
 def test_compute_dtype_auto_follows_cpu_flags(tmp_path, monkeypatch):
   from seed_rl.atari import networks as atari_networks
+
   with_bf16 = tmp_path / "with"
-  with_bf16.write_text("processor: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+  with_bf16.write_text(
+    "processor: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
+  )
   without = tmp_path / "without"
   without.write_text("processor: 0\nflags\t\t: fpu avx2 avx512f\n")
   assert atari_networks.cpu_has_bfloat16(str(with_bf16))
@@ -283,7 +329,8 @@ def test_compute_dtype_auto_follows_cpu_flags(tmp_path, monkeypatch):
   assert not atari_networks.cpu_has_bfloat16(str(tmp_path / "missing"))
   monkeypatch.setattr(atari_networks, "cpu_has_bfloat16", lambda: True)
   assert atari_networks.resolve_compute_dtype("auto") == (
-      "float32" if tf.config.list_physical_devices("GPU") else "bfloat16")
+    "float32" if tf.config.list_physical_devices("GPU") else "bfloat16"
+  )
   monkeypatch.setattr(atari_networks, "cpu_has_bfloat16", lambda: False)
   assert atari_networks.resolve_compute_dtype("auto") == "float32"
   assert atari_networks.resolve_compute_dtype("bfloat16") == "bfloat16"

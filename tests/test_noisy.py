@@ -33,9 +33,12 @@ def test_noise_shapes_and_forward_matches_numpy(noise_type):
   kernel_noise, bias_noise = (n.numpy() for n in layer.noise())
   assert kernel_noise.shape == (5, 3) and bias_noise.shape == (3,)
   x = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
-  np.testing.assert_allclose(layer(x).numpy(),
-                             _numpy_forward(layer, x, kernel_noise, bias_noise),
-                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(
+    layer(x).numpy(),
+    _numpy_forward(layer, x, kernel_noise, bias_noise),
+    rtol=1e-5,
+    atol=1e-6,
+  )
   # Stored noise: repeated calls agree until reset_noise().
   np.testing.assert_array_equal(layer(x).numpy(), layer(x).numpy())
 
@@ -67,8 +70,9 @@ def test_reset_changes_noise_and_deterministic_mode(noise_type):
   assert not np.allclose(before[1], after[1])
   x = np.ones((2, 5), np.float32)
   expected = x @ layer.kernel_mu.numpy() + layer.bias_mu.numpy()
-  np.testing.assert_allclose(layer(x, deterministic=True).numpy(), expected,
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    layer(x, deterministic=True).numpy(), expected, rtol=1e-6
+  )
   assert not np.allclose(layer(x).numpy(), expected)
 
 
@@ -99,11 +103,13 @@ def test_initialisation_follows_the_paper():
   np.testing.assert_allclose(ig.bias_sigma.numpy(), 0.017)
   fg = _layer("fg", p=p, q=32)
   assert np.abs(fg.kernel_mu.numpy()).max() <= 1.0 / math.sqrt(p)
-  np.testing.assert_allclose(fg.kernel_sigma.numpy(), 0.5 / math.sqrt(p),
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    fg.kernel_sigma.numpy(), 0.5 / math.sqrt(p), rtol=1e-6
+  )
   custom = _layer("fg", p=p, sigma0=0.1)
-  np.testing.assert_allclose(custom.bias_sigma.numpy(), 0.1 / math.sqrt(p),
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    custom.bias_sigma.numpy(), 0.1 / math.sqrt(p), rtol=1e-6
+  )
 
 
 def test_gradients_reach_mu_and_sigma_only_when_noisy():

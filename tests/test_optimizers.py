@@ -21,8 +21,9 @@ def _adam_reference(theta, grads, lr, b1, b2, eps):
   for t, g in enumerate(grads, start=1):
     m = b1 * m + (1 - b1) * g
     v = b2 * v + (1 - b2) * g * g
-    theta = theta - lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (
-        np.sqrt(v) + eps)
+    theta = theta - lr * np.sqrt(1 - b2**t) / (1 - b1**t) * m / (
+      np.sqrt(v) + eps
+    )
   return theta
 
 
@@ -34,24 +35,34 @@ def _run(opt_name, grads, **kw):
   return var.numpy(), opt
 
 
-GRADS = [np.array([0.3, -2.0, 1e-3], np.float32),
-         np.array([-0.1, 0.5, 4.0], np.float32),
-         np.array([0.2, 0.2, -0.7], np.float32)]
+GRADS = [
+  np.array([0.3, -2.0, 1e-3], np.float32),
+  np.array([-0.1, 0.5, 4.0], np.float32),
+  np.array([0.2, 0.2, -0.7], np.float32),
+]
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
 def test_rmsprop_matches_the_paper_rule(momentum):
   # IMPALA's RMSProp: decay 0.99, epsilon 0.01 inside the square root.
-  got, _ = _run("rmsprop", GRADS, learning_rate=6e-4, epsilon=0.01,
-                rmsprop_decay=0.99, momentum=momentum)
-  want = _rmsprop_reference(np.array([0.5, -1.0, 2.0]), GRADS, 6e-4, 0.99,
-                            0.01, momentum)
+  got, _ = _run(
+    "rmsprop",
+    GRADS,
+    learning_rate=6e-4,
+    epsilon=0.01,
+    rmsprop_decay=0.99,
+    momentum=momentum,
+  )
+  want = _rmsprop_reference(
+    np.array([0.5, -1.0, 2.0]), GRADS, 6e-4, 0.99, 0.01, momentum
+  )
   np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 def test_one_rmsprop_step_on_a_known_gradient():
-  got, _ = _run("rmsprop", GRADS[:1], learning_rate=0.1, epsilon=0.01,
-                rmsprop_decay=0.99)
+  got, _ = _run(
+    "rmsprop", GRADS[:1], learning_rate=0.1, epsilon=0.01, rmsprop_decay=0.99
+  )
   g = GRADS[0].astype(np.float64)
   want = np.array([0.5, -1.0, 2.0]) - 0.1 * g / np.sqrt(0.01 * g * g + 0.01)
   np.testing.assert_allclose(got, want, rtol=1e-5)
@@ -59,42 +70,53 @@ def test_one_rmsprop_step_on_a_known_gradient():
 
 def test_adam_matches_the_reference():
   got, _ = _run("adam", GRADS, learning_rate=1e-2, epsilon=1e-5)
-  want = _adam_reference(np.array([0.5, -1.0, 2.0]), GRADS, 1e-2, 0.9,
-                         0.999, 1e-5)
+  want = _adam_reference(
+    np.array([0.5, -1.0, 2.0]), GRADS, 1e-2, 0.9, 0.999, 1e-5
+  )
   np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 def test_mean_loss_with_scaled_epsilon_steps_like_the_summed_loss():
   n = 640  # 32 unrolls x 20 steps, IMPALA's batch
   summed, _ = _run("rmsprop", GRADS, learning_rate=6e-4, epsilon=0.01)
-  mean, _ = _run("rmsprop", [g / n for g in GRADS], learning_rate=6e-4,
-                 epsilon=optimizers.summed_loss_epsilon(0.01, n))
+  mean, _ = _run(
+    "rmsprop",
+    [g / n for g in GRADS],
+    learning_rate=6e-4,
+    epsilon=optimizers.summed_loss_epsilon(0.01, n),
+  )
   np.testing.assert_allclose(mean, summed, rtol=1e-4)
   # Without the scaling the mean loss's steps are far smaller.
-  unscaled, _ = _run("rmsprop", [g / n for g in GRADS], learning_rate=6e-4,
-                     epsilon=0.01)
+  unscaled, _ = _run(
+    "rmsprop", [g / n for g in GRADS], learning_rate=6e-4, epsilon=0.01
+  )
   start = np.array([0.5, -1.0, 2.0])
   assert np.all(np.abs(unscaled - start) < 0.05 * np.abs(summed - start))
 
 
 def test_clipping_scales_by_the_global_norm_and_reports_it():
   var = tf.Variable(np.zeros(2, np.float32))
-  opt = optimizers.make_optimizer("rmsprop", learning_rate=1.0, epsilon=1.0,
-                                  rmsprop_decay=0.0, max_grad_norm=1.0,
-                                  variables=[var])
+  opt = optimizers.make_optimizer(
+    "rmsprop",
+    learning_rate=1.0,
+    epsilon=1.0,
+    rmsprop_decay=0.0,
+    max_grad_norm=1.0,
+    variables=[var],
+  )
   norm = opt.apply_gradients([(tf.constant([3.0, 4.0]), var)])
   assert float(norm) == pytest.approx(5.0)
   g = np.array([0.6, 0.8])  # clipped to norm 1
-  np.testing.assert_allclose(var.numpy(), -g / np.sqrt(g * g + 1.0),
-                             rtol=1e-5)
+  np.testing.assert_allclose(var.numpy(), -g / np.sqrt(g * g + 1.0), rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["adam", "rmsprop"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_nonfinite_gradient_skips_the_update(name, bad):
   var = tf.Variable(np.array([1.0, 2.0], np.float32))
-  opt = optimizers.make_optimizer(name, 1e-2, variables=[var],
-                                  max_grad_norm=1.0)
+  opt = optimizers.make_optimizer(
+    name, 1e-2, variables=[var], max_grad_norm=1.0
+  )
   opt.apply_gradients([(tf.constant([0.5, -0.5]), var)])
   before = var.numpy().copy()
   slots = [s.numpy().copy() for s in opt.slots]
@@ -111,8 +133,12 @@ def test_nonfinite_gradient_skips_the_update(name, bad):
 
 
 def test_linear_schedule_follows_the_update_counter():
-  _, opt = _run("adam", GRADS, learning_rate=optimizers.learning_rate_schedule(
-      1.0, decay_steps=4), epsilon=1e-5)
+  _, opt = _run(
+    "adam",
+    GRADS,
+    learning_rate=optimizers.learning_rate_schedule(1.0, decay_steps=4),
+    epsilon=1e-5,
+  )
   # The third update used step 2 of 4: 1 - 2/4.
   assert float(opt.learning_rate.numpy()) == pytest.approx(0.5)
   assert int(opt.iterations.numpy()) == 3
@@ -129,11 +155,14 @@ def test_slots_and_counter_checkpoint(tmp_path):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-@pytest.mark.parametrize("kwargs,match", [
+@pytest.mark.parametrize(
+  "kwargs,match",
+  [
     (dict(name="sgd"), "unknown; allowed: adam, rmsprop"),
     (dict(epsilon=0.0), "epsilon must be > 0"),
     (dict(max_grad_norm=-1.0), "max_grad_norm must be >= 0"),
-])
+  ],
+)
 def test_bad_settings_are_named(kwargs, match):
   args = dict(name="adam", learning_rate=1e-3, variables=[tf.Variable(1.0)])
   args.update(kwargs)

@@ -25,15 +25,32 @@ MAX_SECONDS = 90
 def test_moving_dot_is_learned_through_the_real_pipeline(tmp_path):
   logdir = tmp_path / "run"
   out = subprocess.run(
-      [sys.executable, "-m", "seed_rl.train", "synthetic", "vtrace", "2", "8",
-       "--logdir", str(logdir), "--max_seconds", str(MAX_SECONDS),
-       "--target_return", str(TARGET)],
-      cwd=ROOT, env=ENV, capture_output=True, text=True,
-      timeout=MAX_SECONDS + 120)
+    [
+      sys.executable,
+      "-m",
+      "seed_rl.train",
+      "synthetic",
+      "vtrace",
+      "2",
+      "8",
+      "--logdir",
+      str(logdir),
+      "--max_seconds",
+      str(MAX_SECONDS),
+      "--target_return",
+      str(TARGET),
+    ],
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=MAX_SECONDS + 120,
+  )
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   with open(logdir / "result.json") as f:
     result = json.load(f)
-  progress = [l for l in out.stdout.splitlines() if l.startswith("[learner")]
+  progress = [s for s in out.stdout.splitlines() if s.startswith("[learner")]
   assert result["reason"] == "target reached", (
-      f"MovingDot not learned in {MAX_SECONDS} s: " + "\n".join(progress[-5:]))
+    f"MovingDot not learned in {MAX_SECONDS} s: " + "\n".join(progress[-5:])
+  )
   assert result["final_return"] >= TARGET - 2

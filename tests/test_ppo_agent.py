@@ -29,10 +29,14 @@ BOX = ArraySpec((2,), "float32", "action", minimum=-1.0, maximum=1.0)
 def _act_inputs(observation, eval_mask=None):
   b = observation.shape[0]
   return ActInputs(
-      env_ids=np.arange(b, dtype=np.int32), observation=observation,
-      prev_action=np.zeros(b), reward=np.zeros(b, np.float32),
-      done=np.zeros(b, bool), core_state=(),
-      eval_mask=np.zeros(b, bool) if eval_mask is None else eval_mask)
+    env_ids=np.arange(b, dtype=np.int32),
+    observation=observation,
+    prev_action=np.zeros(b),
+    reward=np.zeros(b, np.float32),
+    done=np.zeros(b, bool),
+    core_state=(),
+    eval_mask=np.zeros(b, bool) if eval_mask is None else eval_mask,
+  )
 
 
 def _collect(agent, observations, reward_fn, env_ids=None, version=0):
@@ -52,14 +56,19 @@ def _collect(agent, observations, reward_fn, env_ids=None, version=0):
   terminated = np.ones((b, t1), bool)
   action = np.stack(actions, 1)
   return Unroll(
-      env_ids=(np.arange(b, dtype=np.int32) if env_ids is None else env_ids),
-      observation=observations, reward=rewards, terminated=terminated,
-      truncated=np.zeros((b, t1), bool),
-      bootstrap_value=np.zeros((b, t1), np.float32),
-      prev_action=np.zeros_like(action), action=action,
-      value=np.stack(values, 1),
-      extras={k: np.stack(v, 1) for k, v in extras.items()}, core_state=(),
-      policy_version=np.full((b, t1), version, np.int64))
+    env_ids=(np.arange(b, dtype=np.int32) if env_ids is None else env_ids),
+    observation=observations,
+    reward=rewards,
+    terminated=terminated,
+    truncated=np.zeros((b, t1), bool),
+    bootstrap_value=np.zeros((b, t1), np.float32),
+    prev_action=np.zeros_like(action),
+    action=action,
+    value=np.stack(values, 1),
+    extras={k: np.stack(v, 1) for k, v in extras.items()},
+    core_state=(),
+    policy_version=np.full((b, t1), version, np.int64),
+  )
 
 
 def _random_unroll(agent, rng, b, version=0):
@@ -69,7 +78,8 @@ def _random_unroll(agent, rng, b, version=0):
   unroll.terminated = rng.random((b, t1)) < 0.1
   unroll.truncated = (rng.random((b, t1)) < 0.1) & ~unroll.terminated
   unroll.bootstrap_value = np.where(unroll.truncated, 1.0, 0.0).astype(
-      np.float32)
+    np.float32
+  )
   return unroll
 
 
@@ -77,19 +87,39 @@ def _weights(agent):
   return [v.numpy().copy() for v in agent.network.trainable_variables]
 
 
-@pytest.mark.parametrize("action_spec,overrides", [
+@pytest.mark.parametrize(
+  "action_spec,overrides",
+  [
     (DISCRETE, {}),
-    (BOX, dict(bound_handling="tanh", normalize_observations=True,
-               scale_rewards=True, loss="kl_penalty", kl_cutoff_factor=2.0)),
-    (BOX, dict(log_std="state_dependent", value_clip=0.2,
-               recompute_advantages_each_epoch=True, shared_torso=True,
-               anneal_learning_rate=True, anneal_clip_ratio=True,
-               total_learner_steps=10)),
-])
+    (
+      BOX,
+      dict(
+        bound_handling="tanh",
+        normalize_observations=True,
+        scale_rewards=True,
+        loss="kl_penalty",
+        kl_cutoff_factor=2.0,
+      ),
+    ),
+    (
+      BOX,
+      dict(
+        log_std="state_dependent",
+        value_clip=0.2,
+        recompute_advantages_each_epoch=True,
+        shared_torso=True,
+        anneal_learning_rate=True,
+        anneal_clip_ratio=True,
+        total_learner_steps=10,
+      ),
+    ),
+  ],
+)
 def test_train_step_on_hand_built_unrolls(action_spec, overrides):
   rng = np.random.default_rng(0)
-  config = PPOConfig(unroll_length=5, batch_size=4, num_epochs=2,
-                     num_minibatches=2, **overrides)
+  config = PPOConfig(
+    unroll_length=5, batch_size=4, num_epochs=2, num_minibatches=2, **overrides
+  )
   agent = agent_lib.PPOAgent(OBS, action_spec, num_envs=4, config=config)
   before = _weights(agent)
   # Pieces of 3 and 1 unrolls make one batch of 4.
@@ -97,13 +127,19 @@ def test_train_step_on_hand_built_unrolls(action_spec, overrides):
   agent.add_unrolls(_random_unroll(agent, rng, 1, version=0))
   metrics = agent.train_step()
   assert int(agent.step_counter.numpy()) == 1
-  for name in ("loss/total", "loss/policy", "loss/value", "loss/entropy",
-               "policy/approx_kl", "policy/clip_fraction", "ppo/kl_coef",
-               "perf/policy_lag"):
+  for name in (
+    "loss/total",
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
+    "policy/approx_kl",
+    "policy/clip_fraction",
+    "ppo/kl_coef",
+    "perf/policy_lag",
+  ):
     assert name in metrics and np.isfinite(metrics[name]), name
   assert metrics["perf/policy_lag"] == 0.0
-  assert any(not np.array_equal(a, b)
-             for a, b in zip(before, _weights(agent)))
+  assert any(not np.array_equal(a, b) for a, b in zip(before, _weights(agent)))
   # Data acted by version 0 trained at step 1: a lag of 1.
   agent.add_unrolls(_random_unroll(agent, rng, 4, version=0))
   assert agent.train_step()["perf/policy_lag"] == 1.0
@@ -116,9 +152,14 @@ def test_train_step_on_hand_built_unrolls(action_spec, overrides):
 
 def test_early_stop_on_kl_from_start_of_update():
   rng = np.random.default_rng(8)
-  config = PPOConfig(unroll_length=8, batch_size=4, num_epochs=10,
-                     num_minibatches=4, learning_rate=0.05,
-                     early_stop_kl=1e-4)
+  config = PPOConfig(
+    unroll_length=8,
+    batch_size=4,
+    num_epochs=10,
+    num_minibatches=4,
+    learning_rate=0.05,
+    early_stop_kl=1e-4,
+  )
   agent = agent_lib.PPOAgent(OBS, DISCRETE, num_envs=4, config=config)
   agent.add_unrolls(_random_unroll(agent, rng, 4))
   metrics = agent.train_step()
@@ -133,9 +174,12 @@ def test_early_stop_on_kl_from_start_of_update():
 
 
 def test_act_outputs_and_eval_mode():
-  agent = agent_lib.PPOAgent(OBS, BOX, num_envs=4,
-                             config=PPOConfig(bound_handling="clip",
-                                              init_log_std=0.5))
+  agent = agent_lib.PPOAgent(
+    OBS,
+    BOX,
+    num_envs=4,
+    config=PPOConfig(bound_handling="clip", init_log_std=0.5),
+  )
   obs = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
   out = agent.act(_act_inputs(obs))
   assert out.action.shape == (64, 2) and out.action.dtype == np.float32
@@ -143,9 +187,10 @@ def test_act_outputs_and_eval_mode():
   np.testing.assert_array_equal(out.action, np.clip(raw, -1, 1))
   assert np.any(np.abs(raw) > 1)  # std e^0.5 puts samples outside the Box
   np.testing.assert_allclose(
-      out.extras[agent_lib.LOG_PROB],
-      agent.distribution.log_prob(agent.network(obs)[0], raw).numpy(),
-      rtol=1e-5)
+    out.extras[agent_lib.LOG_PROB],
+    agent.distribution.log_prob(agent.network(obs)[0], raw).numpy(),
+    rtol=1e-5,
+  )
   assert out.value.shape == (64,) and out.core_state == ()
   # Evaluation rows act with the mean, repeatably.
   eval_mask = np.arange(64) % 2 == 0
@@ -163,8 +208,9 @@ def test_act_outputs_and_eval_mode():
 def test_targets_use_unroll_flags_of_the_next_step():
   """Step-0 flags belong to the previous unroll; truncation bootstraps."""
   rng = np.random.default_rng(2)
-  agent = agent_lib.PPOAgent(OBS, DISCRETE, num_envs=2,
-                             config=PPOConfig(unroll_length=3, batch_size=2))
+  agent = agent_lib.PPOAgent(
+    OBS, DISCRETE, num_envs=2, config=PPOConfig(unroll_length=3, batch_size=2)
+  )
   u = _random_unroll(agent, rng, 2)
   u.terminated[:] = False
   u.truncated[:] = False
@@ -175,10 +221,11 @@ def test_targets_use_unroll_flags_of_the_next_step():
   args = agent._time_major(u)[:6]
   values, adv, _, _, _ = agent._targets_fn(*args)
   all_values = np.swapaxes(
-      agent.network(u.observation.reshape(-1, 4))[1].numpy().reshape(2, 4),
-      0, 1)
-  np.testing.assert_allclose(values.numpy(), all_values[:3], rtol=1e-5,
-                             atol=1e-6)
+    agent.network(u.observation.reshape(-1, 4))[1].numpy().reshape(2, 4), 0, 1
+  )
+  np.testing.assert_allclose(
+    values.numpy(), all_values[:3], rtol=1e-5, atol=1e-6
+  )
   # By hand from the definition: no episode end before the truncation, so
   # A_t = sum_l (gamma lambda)^(l-t) delta_l with the bootstrap at the end.
   gamma, lam = 0.99, 0.95
@@ -188,26 +235,38 @@ def test_targets_use_unroll_flags_of_the_next_step():
       next_values[2] = 100.0
     deltas = u.reward[b, 1:] + gamma * next_values - all_values[:3, b]
     for t in range(3):
-      expected = sum((gamma * lam)**(l - t) * deltas[l] for l in range(t, 3))
-      np.testing.assert_allclose(adv.numpy()[t, b], expected, rtol=1e-4,
-                                 atol=1e-5)
+      expected = sum((gamma * lam) ** (k - t) * deltas[k] for k in range(t, 3))
+      np.testing.assert_allclose(
+        adv.numpy()[t, b], expected, rtol=1e-4, atol=1e-5
+      )
 
 
 def test_checkpoint_round_trip(tmp_path):
   rng = np.random.default_rng(3)
-  config = PPOConfig(unroll_length=4, batch_size=2, bound_handling="tanh",
-                     normalize_observations=True, scale_rewards=True,
-                     loss="kl_penalty")
+  config = PPOConfig(
+    unroll_length=4,
+    batch_size=2,
+    bound_handling="tanh",
+    normalize_observations=True,
+    scale_rewards=True,
+    loss="kl_penalty",
+  )
   agent = agent_lib.PPOAgent(OBS, BOX, num_envs=2, config=config)
   agent.add_unrolls(_random_unroll(agent, rng, 2))
   agent.train_step()
   path = tf.train.Checkpoint(**agent.checkpoint_objects()).save(
-      str(tmp_path / "ckpt"))
+    str(tmp_path / "ckpt")
+  )
 
   restored = agent_lib.PPOAgent(OBS, BOX, num_envs=2, config=config)
   assert set(restored.checkpoint_objects()) == {
-      "network", "optimizer", "step", "kl_coef", "observation_normalizer",
-      "reward_scaler"}
+    "network",
+    "optimizer",
+    "step",
+    "kl_coef",
+    "observation_normalizer",
+    "reward_scaler",
+  }
   status = tf.train.Checkpoint(**restored.checkpoint_objects()).restore(path)
   status.assert_existing_objects_matched()
   assert int(restored.step_counter.numpy()) == 1
@@ -215,10 +274,13 @@ def test_checkpoint_round_trip(tmp_path):
     np.testing.assert_array_equal(a, b)
   for a, b in zip(agent._optimizer.variables, restored._optimizer.variables):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  np.testing.assert_array_equal(agent.observation_normalizer.mean.numpy(),
-                                restored.observation_normalizer.mean.numpy())
-  np.testing.assert_array_equal(agent.reward_scaler.returns.numpy(),
-                                restored.reward_scaler.returns.numpy())
+  np.testing.assert_array_equal(
+    agent.observation_normalizer.mean.numpy(),
+    restored.observation_normalizer.mean.numpy(),
+  )
+  np.testing.assert_array_equal(
+    agent.reward_scaler.returns.numpy(), restored.reward_scaler.returns.numpy()
+  )
   assert restored._kl_coef.numpy() == agent._kl_coef.numpy()
   obs = rng.normal(size=(5, 4)).astype(np.float32) * 3
   mask = np.ones(5, bool)
@@ -230,8 +292,9 @@ def test_checkpoint_round_trip(tmp_path):
 
 def test_queue_blocks_when_full_and_stop_unblocks():
   rng = np.random.default_rng(4)
-  agent = agent_lib.PPOAgent(OBS, DISCRETE, num_envs=2,
-                             config=PPOConfig(unroll_length=2, batch_size=2))
+  agent = agent_lib.PPOAgent(
+    OBS, DISCRETE, num_envs=2, config=PPOConfig(unroll_length=2, batch_size=2)
+  )
   unroll = _random_unroll(agent, rng, 2)
   agent.add_unrolls(unroll)  # fills the queue (capacity = batch_size)
   done = threading.Event()
@@ -249,8 +312,9 @@ def test_queue_blocks_when_full_and_stop_unblocks():
   agent.train_step()
   # An empty queue blocks train_step until stop() is called.
   result = {}
-  trainer = threading.Thread(target=lambda: result.update(
-      out=agent.train_step()), daemon=True)
+  trainer = threading.Thread(
+    target=lambda: result.update(out=agent.train_step()), daemon=True
+  )
   trainer.start()
   time.sleep(0.2)
   assert trainer.is_alive()
@@ -261,8 +325,9 @@ def test_queue_blocks_when_full_and_stop_unblocks():
 
 def test_bad_unrolls_are_rejected():
   rng = np.random.default_rng(5)
-  agent = agent_lib.PPOAgent(OBS, BOX, num_envs=2,
-                             config=PPOConfig(unroll_length=3, batch_size=2))
+  agent = agent_lib.PPOAgent(
+    OBS, BOX, num_envs=2, config=PPOConfig(unroll_length=3, batch_size=2)
+  )
   unroll = _random_unroll(agent, rng, 2)
   del unroll.extras[agent_lib.RAW_ACTION]
   with pytest.raises(ValueError, match="lacks 'raw_action'"):
@@ -283,15 +348,20 @@ def test_config_validation_messages():
   with pytest.raises(ValueError, match="clip_ratio"):
     PPOConfig(clip_ratio=1.5)
   with pytest.raises(ValueError, match="normalize_observations needs float"):
-    agent_lib.PPOAgent(ArraySpec((84, 84, 4), "uint8", "frames"), DISCRETE,
-                       1, PPOConfig(normalize_observations=True))
+    agent_lib.PPOAgent(
+      ArraySpec((84, 84, 4), "uint8", "frames"),
+      DISCRETE,
+      1,
+      PPOConfig(normalize_observations=True),
+    )
 
 
 def test_create_agent_reads_gin_bindings():
   gin.clear_config()
   try:
-    gin.parse_config(["PPOConfig.unroll_length = 7",
-                      "PPOConfig.bound_handling = 'tanh'"])
+    gin.parse_config(
+      ["PPOConfig.unroll_length = 7", "PPOConfig.bound_handling = 'tanh'"]
+    )
     agent = agent_lib.create_agent(OBS, BOX, num_envs=3)
   finally:
     gin.clear_config()
@@ -310,14 +380,18 @@ def _train_bandit(agent, context_fn, reward_fn, updates, rng):
 def test_learns_discrete_contextual_bandit():
   """4 contexts (one-hot), reward 1 for the action equal to the context."""
   spec = ArraySpec((), "int32", "action", num_values=4)
-  config = PPOConfig(unroll_length=8, batch_size=8, num_epochs=4,
-                     num_minibatches=2, learning_rate=3e-3, entropy_cost=0.0)
-  agent = agent_lib.PPOAgent(ArraySpec((4,), "float32", "obs"), spec, 8,
-                             config)
+  config = PPOConfig(
+    unroll_length=8,
+    batch_size=8,
+    num_epochs=4,
+    num_minibatches=2,
+    learning_rate=3e-3,
+    entropy_cost=0.0,
+  )
+  agent = agent_lib.PPOAgent(ArraySpec((4,), "float32", "obs"), spec, 8, config)
   eye = np.eye(4, dtype=np.float32)
   context_fn = lambda rng, shape: eye[rng.integers(0, 4, size=shape)]
-  reward_fn = lambda obs, action: (obs.argmax(-1) == action).astype(
-      np.float32)
+  reward_fn = lambda obs, action: (obs.argmax(-1) == action).astype(np.float32)
   _train_bandit(agent, context_fn, reward_fn, 25, np.random.default_rng(6))
   logits, _ = agent.network(eye)
   probs = tf.nn.softmax(logits).numpy()
@@ -327,29 +401,43 @@ def test_learns_discrete_contextual_bandit():
 @pytest.mark.parametrize("bounds", ["tanh", "clip"])
 def test_learns_continuous_contextual_bandit(bounds):
   """Context c in {-1, 1}; reward -(a - 0.5 c)^2 for 2-D actions in [-1, 1]."""
-  config = PPOConfig(unroll_length=8, batch_size=8, num_epochs=4,
-                     num_minibatches=2, learning_rate=3e-3, entropy_cost=0.0,
-                     bound_handling=bounds, init_log_std=-0.5)
-  agent = agent_lib.PPOAgent(ArraySpec((1,), "float32", "obs"), BOX, 8,
-                             config)
+  config = PPOConfig(
+    unroll_length=8,
+    batch_size=8,
+    num_epochs=4,
+    num_minibatches=2,
+    learning_rate=3e-3,
+    entropy_cost=0.0,
+    bound_handling=bounds,
+    init_log_std=-0.5,
+  )
+  agent = agent_lib.PPOAgent(ArraySpec((1,), "float32", "obs"), BOX, 8, config)
   context_fn = lambda rng, shape: rng.choice(
-      [-1.0, 1.0], size=shape + (1,)).astype(np.float32)
-  reward_fn = lambda obs, action: -np.sum(
-      (action - 0.5 * obs) ** 2, axis=-1)
+    [-1.0, 1.0], size=shape + (1,)
+  ).astype(np.float32)
+  reward_fn = lambda obs, action: -np.sum((action - 0.5 * obs) ** 2, axis=-1)
   _train_bandit(agent, context_fn, reward_fn, 40, np.random.default_rng(7))
   contexts = np.array([[-1.0], [1.0]], np.float32)
   greedy = agent.act(_act_inputs(contexts, np.ones(2, bool))).action
-  np.testing.assert_allclose(greedy, 0.5 * np.repeat(contexts, 2, 1),
-                             atol=0.15)
+  np.testing.assert_allclose(greedy, 0.5 * np.repeat(contexts, 2, 1), atol=0.15)
 
 
-@pytest.mark.parametrize("domain,observation_spec,action_spec", [
+@pytest.mark.parametrize(
+  "domain,observation_spec,action_spec",
+  [
     ("classic", OBS, ArraySpec((), "int64", "action", num_values=2)),
-    ("mujoco", ArraySpec((17,), "float32", "observation"),
-     ArraySpec((6,), "float32", "action", minimum=-1.0, maximum=1.0)),
-    ("atari", ArraySpec((84, 84, 4), "uint8", "frames"),
-     ArraySpec((), "int32", "action", num_values=6)),
-])
+    (
+      "mujoco",
+      ArraySpec((17,), "float32", "observation"),
+      ArraySpec((6,), "float32", "action", minimum=-1.0, maximum=1.0),
+    ),
+    (
+      "atari",
+      ArraySpec((84, 84, 4), "uint8", "frames"),
+      ArraySpec((), "int32", "action", num_values=6),
+    ),
+  ],
+)
 def test_gin_files_build_valid_agents(domain, observation_spec, action_spec):
   for module in (registry.ENVS[domain],) + registry.LEARNER_GIN_MODULES:
     importlib.import_module(module)

@@ -22,6 +22,7 @@ def _chi_square(counts, expected_probs):
 
 # ----------------------------------------------------------------- SumTree ---
 
+
 def test_sum_tree_total_and_overwrites():
   tree = replay_lib.SumTree(5)  # padded to 8 leaves
   tree.set(np.arange(5), np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
@@ -99,11 +100,15 @@ def test_sum_tree_samples_in_proportion_to_priorities():
 
 # ------------------------------------------------------- PrioritizedReplay ---
 
+
 def _items(start, n, obs_shape=(3,)):
   ids = np.arange(start, start + n)
-  return {"id": ids.astype(np.int64),
-          "obs": np.broadcast_to(ids.reshape((n,) + (1,) * len(obs_shape)),
-                                 (n,) + obs_shape).astype(np.uint8)}
+  return {
+    "id": ids.astype(np.int64),
+    "obs": np.broadcast_to(
+      ids.reshape((n,) + (1,) * len(obs_shape)), (n,) + obs_shape
+    ).astype(np.uint8),
+  }
 
 
 def test_replay_samples_in_proportion_to_priority_power_alpha():
@@ -115,7 +120,7 @@ def test_replay_samples_in_proportion_to_priority_power_alpha():
   for _ in range(2_000):
     _, items, _ = replay.sample(32)
     counts += np.bincount(items["id"], minlength=7)
-  probs = priorities ** alpha / np.sum(priorities ** alpha)
+  probs = priorities**alpha / np.sum(priorities**alpha)
   stat = _chi_square(counts, probs)
   assert stat < _CHI2_CRIT_P001[6], stat
 
@@ -123,13 +128,14 @@ def test_replay_samples_in_proportion_to_priority_power_alpha():
 def test_importance_weights_match_numpy_formula():
   alpha, beta = 0.6, 0.4
   replay = replay_lib.PrioritizedReplay(
-      16, priority_exponent=alpha, importance_sampling_exponent=beta, seed=3)
+    16, priority_exponent=alpha, importance_sampling_exponent=beta, seed=3
+  )
   priorities = np.linspace(0.1, 5.0, 10)
   replay.insert(_items(0, 10), priorities)
   keys, items, weights = replay.sample(64)
   assert keys.dtype == np.int64 and weights.dtype == np.float32
   n = len(replay)
-  scaled = priorities ** alpha
+  scaled = priorities**alpha
   w_ref = []
   for item_id in items["id"]:
     prob = scaled[item_id] / scaled.sum()
@@ -203,14 +209,16 @@ def test_update_priorities_changes_sampling_and_ignores_stale_keys():
   key_of = {int(i): int(k) for i, k in zip(items["id"], keys)}
   assert set(key_of) == {0, 1, 2}
   # Raise item 0, lower items 1 and 2: the tree follows.
-  replay.update_priorities(np.array([key_of[0], key_of[1], key_of[2]]),
-                           np.array([9.0, 0.5, 0.5]))
+  replay.update_priorities(
+    np.array([key_of[0], key_of[1], key_of[2]]), np.array([9.0, 0.5, 0.5])
+  )
   tree = replay._tree  # pylint: disable=protected-access
   np.testing.assert_allclose(tree.get(np.arange(3)), [9.0, 0.5, 0.5])
   # Overwrite slot of item 0 (FIFO: the oldest), then send a stale update.
   replay.insert(_items(10, 1), np.array([2.0]))
-  replay.update_priorities(np.array([key_of[0], key_of[1]]),
-                           np.array([100.0, 3.0]))
+  replay.update_priorities(
+    np.array([key_of[0], key_of[1]]), np.array([100.0, 3.0])
+  )
   np.testing.assert_allclose(tree.get(np.arange(3)), [2.0, 3.0, 0.5])
   assert replay.max_priority == 9.0  # the stale 100 was not counted
 
@@ -258,6 +266,7 @@ def test_concurrent_insert_and_sample():
 
 # ------------------------------------------------------------- RateLimiter ---
 
+
 def _run_in_thread(fn):
   result = {}
   thread = threading.Thread(target=lambda: result.setdefault("v", fn()))
@@ -267,8 +276,9 @@ def _run_in_thread(fn):
 
 
 def test_rate_limiter_sample_waits_for_min_size_then_ratio():
-  limiter = replay_lib.RateLimiter(samples_per_insert=2.0,
-                                   min_size_to_sample=10, error_buffer=4.0)
+  limiter = replay_lib.RateLimiter(
+    samples_per_insert=2.0, min_size_to_sample=10, error_buffer=4.0
+  )
   assert limiter.await_insert(9)
   assert not limiter.await_sample(4, timeout=0.05)  # 9 < min size
   thread, result = _run_in_thread(lambda: limiter.await_sample(4, timeout=5))
@@ -284,8 +294,9 @@ def test_rate_limiter_sample_waits_for_min_size_then_ratio():
 
 
 def test_rate_limiter_insert_blocks_while_training_lags():
-  limiter = replay_lib.RateLimiter(samples_per_insert=1.0,
-                                   min_size_to_sample=2, error_buffer=3.0)
+  limiter = replay_lib.RateLimiter(
+    samples_per_insert=1.0, min_size_to_sample=2, error_buffer=3.0
+  )
   assert limiter.await_insert(2, timeout=1)  # warm-up never blocks
   assert limiter.await_insert(3, timeout=1)  # slack 3 <= buffer
   assert not limiter.await_insert(1, timeout=0.05)  # slack 4 > 3
@@ -300,11 +311,11 @@ def test_rate_limiter_insert_blocks_while_training_lags():
 
 
 def test_rate_limiter_stop_unblocks_everyone():
-  limiter = replay_lib.RateLimiter(1.0, min_size_to_sample=100,
-                                   error_buffer=1.0)
+  limiter = replay_lib.RateLimiter(
+    1.0, min_size_to_sample=100, error_buffer=1.0
+  )
   sampler, sample_result = _run_in_thread(lambda: limiter.await_sample(1))
-  limiter2 = replay_lib.RateLimiter(1.0, min_size_to_sample=1,
-                                    error_buffer=1.0)
+  limiter2 = replay_lib.RateLimiter(1.0, min_size_to_sample=1, error_buffer=1.0)
   inserter, insert_result = _run_in_thread(lambda: limiter2.await_insert(10))
   time.sleep(0.05)
   assert sampler.is_alive() and inserter.is_alive()
@@ -319,8 +330,9 @@ def test_rate_limiter_stop_unblocks_everyone():
 
 def test_rate_limiter_holds_ratio_with_two_threads():
   spi, batch = 4.0, 8
-  limiter = replay_lib.RateLimiter(spi, min_size_to_sample=16,
-                                   error_buffer=batch)
+  limiter = replay_lib.RateLimiter(
+    spi, min_size_to_sample=16, error_buffer=batch
+  )
   done = threading.Event()
 
   def act():

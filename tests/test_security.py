@@ -18,9 +18,11 @@ from seed_rl.grpc.server import LearnerServer
 from test_grpc_protocol import ACT, OBS, ArgmaxHandler, make_batch
 
 pytestmark = [
-    pytest.mark.timeout(90),
-    pytest.mark.skipif(shutil.which("openssl") is None,
-                       reason="openssl is needed to make test certificates"),
+  pytest.mark.timeout(90),
+  pytest.mark.skipif(
+    shutil.which("openssl") is None,
+    reason="openssl is needed to make test certificates",
+  ),
 ]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,8 +30,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
   out = tmp_path_factory.mktemp("certs")
-  subprocess.run(["bash", os.path.join(ROOT, "scripts", "make_certs.sh"),
-                  str(out), "learner.test"], check=True, capture_output=True)
+  subprocess.run(
+    [
+      "bash",
+      os.path.join(ROOT, "scripts", "make_certs.sh"),
+      str(out),
+      "learner.test",
+    ],
+    check=True,
+    capture_output=True,
+  )
   return out
 
 
@@ -38,22 +48,35 @@ def secure_server(certs):
   token = (certs / "token").read_text().strip()
   handler = ArgmaxHandler()
   server = LearnerServer(
-      "localhost:0", OBS, ACT, 24, handler,
-      security=security.ServerSecurity(str(certs / "learner.pem"),
-                                       str(certs / "learner.key"), token))
+    "localhost:0",
+    OBS,
+    ACT,
+    24,
+    handler,
+    security=security.ServerSecurity(
+      str(certs / "learner.pem"), str(certs / "learner.key"), token
+    ),
+  )
   server.start()
   yield server, handler, token
   server.stop(0)
 
 
 def _client(port, actor_id, **kw):
-  return ActorClient(f"localhost:{port}", actor_id, 4, OBS, ACT,
-                     connect_timeout_s=3.0, security=security.ClientSecurity(
-                         **kw) if kw else None)
+  return ActorClient(
+    f"localhost:{port}",
+    actor_id,
+    4,
+    OBS,
+    ACT,
+    connect_timeout_s=3.0,
+    security=security.ClientSecurity(**kw) if kw else None,
+  )
 
 
 def test_actor_with_tls_and_token_is_served_and_others_are_refused(
-    secure_server, certs):
+  secure_server, certs
+):
   server, handler, token = secure_server
   rng = np.random.default_rng(0)
   good = _client(server.port, 0, ca_file=str(certs / "ca.pem"), token=token)
@@ -63,18 +86,28 @@ def test_actor_with_tls_and_token_is_served_and_others_are_refused(
   with pytest.raises(AuthenticationError, match="missing token"):
     _client(server.port, 1, ca_file=str(certs / "ca.pem")).connect()
   with pytest.raises(AuthenticationError, match="wrong token"):
-    _client(server.port, 2, ca_file=str(certs / "ca.pem"),
-            token="x" * 64).connect()
+    _client(
+      server.port, 2, ca_file=str(certs / "ca.pem"), token="x" * 64
+    ).connect()
   # Plaintext to a TLS port never completes a handshake.
   with pytest.raises(LearnerUnavailableError):
     _client(server.port, 3).connect()
   # A certificate from another CA is not trusted.
   other = certs.parent / "other"
-  subprocess.run(["bash", os.path.join(ROOT, "scripts", "make_certs.sh"),
-                  str(other), "learner.test"], check=True, capture_output=True)
+  subprocess.run(
+    [
+      "bash",
+      os.path.join(ROOT, "scripts", "make_certs.sh"),
+      str(other),
+      "learner.test",
+    ],
+    check=True,
+    capture_output=True,
+  )
   with pytest.raises(LearnerUnavailableError):
-    _client(server.port, 4, ca_file=str(other / "ca.pem"),
-            token=token).connect()
+    _client(
+      server.port, 4, ca_file=str(other / "ca.pem"), token=token
+    ).connect()
 
   # The real actor kept its stream through all of that.
   assert good.step(make_batch(good.first_env_id, rng)).shape == (4,)
@@ -84,18 +117,33 @@ def test_actor_with_tls_and_token_is_served_and_others_are_refused(
 
 def test_server_name_override_matches_the_certificate(secure_server, certs):
   server, _, token = secure_server
-  client = ActorClient(f"127.0.0.1:{server.port}", 0, 4, OBS, ACT,
-                       connect_timeout_s=3.0,
-                       security=security.ClientSecurity(
-                           str(certs / "ca.pem"), token, "learner.test"))
+  client = ActorClient(
+    f"127.0.0.1:{server.port}",
+    0,
+    4,
+    OBS,
+    ACT,
+    connect_timeout_s=3.0,
+    security=security.ClientSecurity(
+      str(certs / "ca.pem"), token, "learner.test"
+    ),
+  )
   client.connect()
   client.close()
 
 
-@pytest.mark.parametrize("address,loopback", [
-    ("localhost:1", True), ("127.0.0.1:1", True), ("[::1]:1", True),
-    ("[::]:1", False), ("0.0.0.0:1", False), ("10.1.2.3:1", False),
-    ("learner.example:1", False)])
+@pytest.mark.parametrize(
+  "address,loopback",
+  [
+    ("localhost:1", True),
+    ("127.0.0.1:1", True),
+    ("[::1]:1", True),
+    ("[::]:1", False),
+    ("0.0.0.0:1", False),
+    ("10.1.2.3:1", False),
+    ("learner.example:1", False),
+  ],
+)
 def test_loopback_detection(address, loopback):
   assert security.is_loopback(address) == loopback
 
@@ -107,17 +155,29 @@ def test_non_loopback_learner_needs_tls_and_token(certs, monkeypatch):
     srv.check_address("0.0.0.0:8686", insecure=False)
   srv.check_address("0.0.0.0:8686", insecure=True)  # explicitly allowed
   srv.check_address("localhost:8686", insecure=False)
-  full = security.ServerSecurity(str(certs / "learner.pem"),
-                                 str(certs / "learner.key"), "t" * 32)
+  full = security.ServerSecurity(
+    str(certs / "learner.pem"), str(certs / "learner.key"), "t" * 32
+  )
   full.check_address("0.0.0.0:8686", insecure=False)
 
 
 def test_learner_main_refuses_to_listen_openly_without_tls(tmp_path):
   out = subprocess.run(
-      [sys.executable, "-m", "seed_rl.learner_main", "--logdir",
-       str(tmp_path), "--server_address", "0.0.0.0:0"],
-      cwd=ROOT, capture_output=True, text=True, timeout=60,
-      env={k: v for k, v in os.environ.items() if k != security.TOKEN_ENV})
+    [
+      sys.executable,
+      "-m",
+      "seed_rl.learner_main",
+      "--logdir",
+      str(tmp_path),
+      "--server_address",
+      "0.0.0.0:0",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=60,
+    env={k: v for k, v in os.environ.items() if k != security.TOKEN_ENV},
+  )
   assert out.returncode == 2
   assert "refusing to serve on '0.0.0.0:0'" in out.stderr
   assert "--insecure" in out.stderr

@@ -7,10 +7,11 @@ from seed_rl.common.unroll_store import UnrollStore
 
 
 def _step(t, env_ids):
-  return {"t": np.full(len(env_ids), t, np.int64),
-          "env": np.asarray(env_ids, np.int64),
-          "obs": np.stack([np.full(3, t * 10 + e, np.float32)
-                           for e in env_ids])}
+  return {
+    "t": np.full(len(env_ids), t, np.int64),
+    "env": np.asarray(env_ids, np.int64),
+    "obs": np.stack([np.full(3, t * 10 + e, np.float32) for e in env_ids]),
+  }
 
 
 def test_unrolls_overlap_by_one_step():
@@ -39,8 +40,12 @@ def test_overlap_larger_than_one():
     out = store.append(ids, _step(t, ids))
     if out is not None:
       starts.append(out["t"][0].tolist())
-  assert starts == [[0, 1, 2, 3, 4], [2, 3, 4, 5, 6], [4, 5, 6, 7, 8],
-                    [6, 7, 8, 9, 10]]
+  assert starts == [
+    [0, 1, 2, 3, 4],
+    [2, 3, 4, 5, 6],
+    [4, 5, 6, 7, 8],
+    [6, 7, 8, 9, 10],
+  ]
 
 
 def test_envs_out_of_step_and_reset():

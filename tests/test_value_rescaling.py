@@ -53,11 +53,17 @@ def test_h_inv_matches_paper_closed_form():
 def test_inverse_numpy_float64(eps):
   xs = _wide_grid()
   np.testing.assert_allclose(
-      value_rescaling.h_inv(value_rescaling.h(xs, eps), eps), xs,
-      rtol=1e-5, atol=1e-5)
+    value_rescaling.h_inv(value_rescaling.h(xs, eps), eps),
+    xs,
+    rtol=1e-5,
+    atol=1e-5,
+  )
   np.testing.assert_allclose(
-      value_rescaling.h(value_rescaling.h_inv(xs, eps), eps), xs,
-      rtol=1e-5, atol=1e-5)
+    value_rescaling.h(value_rescaling.h_inv(xs, eps), eps),
+    xs,
+    rtol=1e-5,
+    atol=1e-5,
+  )
 
 
 def test_inverse_tensorflow_float32_eager_and_graph():
@@ -67,8 +73,10 @@ def test_inverse_tensorflow_float32_eager_and_graph():
   def roundtrip(x):
     return value_rescaling.h_inv(value_rescaling.h(x))
 
-  for got in (value_rescaling.h_inv(value_rescaling.h(tf.constant(xs))),
-              roundtrip(tf.constant(xs))):
+  for got in (
+    value_rescaling.h_inv(value_rescaling.h(tf.constant(xs))),
+    roundtrip(tf.constant(xs)),
+  ):
     assert got.dtype == tf.float32
     np.testing.assert_allclose(got.numpy(), xs, rtol=1e-5, atol=1e-5)
 

@@ -24,8 +24,17 @@ from seed_rl.common import distributions
 # ---------------------------------------------------------------- references
 
 
-def reference_vtrace(log_rhos, discounts, rewards, values, next_values,
-                     trace_mask, rho_bar=1.0, c_bar=1.0, pg_rho_bar=1.0):
+def reference_vtrace(
+  log_rhos,
+  discounts,
+  rewards,
+  values,
+  next_values,
+  trace_mask,
+  rho_bar=1.0,
+  c_bar=1.0,
+  pg_rho_bar=1.0,
+):
   """Eq. (1) as an explicit sum of products, per (s, b), cut at episode ends.
 
   v_s = V(x_s) + sum_{t=s}^{k} (prod_{i=s}^{t-1} discounts_i c_i) delta_t with
@@ -44,7 +53,8 @@ def reference_vtrace(log_rhos, discounts, rewards, values, next_values,
         for i in range(s, t):
           coefficient *= discounts[i, b] * min(c_bar, rhos[i, b])
         delta = min(rho_bar, rhos[t, b]) * (
-            rewards[t, b] + discounts[t, b] * next_values[t, b] - values[t, b])
+          rewards[t, b] + discounts[t, b] * next_values[t, b] - values[t, b]
+        )
         total += coefficient * delta
         if trace_mask[t, b] == 0:
           break
@@ -53,13 +63,23 @@ def reference_vtrace(log_rhos, discounts, rewards, values, next_values,
       inside = s + 1 < num_steps and trace_mask[s, b] == 1
       v_next = vs[s + 1, b] if inside else next_values[s, b]
       advantages[s, b] = min(pg_rho_bar, rhos[s, b]) * (
-          rewards[s, b] + discounts[s, b] * v_next - values[s, b])
+        rewards[s, b] + discounts[s, b] * v_next - values[s, b]
+      )
   return vs, advantages
 
 
-def reference_from_flags(log_rhos, reward, terminated, truncated,
-                         bootstrap_value, values, gamma, rho_bar=1.0,
-                         c_bar=1.0, pg_rho_bar=1.0):
+def reference_from_flags(
+  log_rhos,
+  reward,
+  terminated,
+  truncated,
+  bootstrap_value,
+  values,
+  gamma,
+  rho_bar=1.0,
+  c_bar=1.0,
+  pg_rho_bar=1.0,
+):
   """V-trace over an unroll of T+1 steps from the raw Unroll fields.
 
   reward/terminated/truncated/bootstrap_value/values are [T+1, B] with the
@@ -91,7 +111,8 @@ def reference_from_flags(log_rhos, reward, terminated, truncated,
       weight = 1.0
       for t in range(s, num_steps):
         delta = min(rho_bar, rhos[t, b]) * (
-            reward[t + 1, b] + gamma * value_after(t, b) - values[t, b])
+          reward[t + 1, b] + gamma * value_after(t, b) - values[t, b]
+        )
         total += weight * delta
         if ends_after(t, b):
           break
@@ -103,7 +124,8 @@ def reference_from_flags(log_rhos, reward, terminated, truncated,
       else:
         v_next = vs[s + 1, b]
       advantages[s, b] = min(pg_rho_bar, rhos[s, b]) * (
-          reward[s + 1, b] + gamma * v_next - values[s, b])
+        reward[s + 1, b] + gamma * v_next - values[s, b]
+      )
   return vs, advantages
 
 
@@ -111,29 +133,36 @@ def random_boundary_inputs(rng, num_steps, batch):
   values = rng.normal(size=[num_steps, batch])
   next_values = np.concatenate([values[1:], rng.normal(size=[1, batch])])
   return dict(
-      log_rhos=rng.normal(scale=1.0, size=[num_steps, batch]),
-      discounts=np.full([num_steps, batch], 0.9),
-      rewards=rng.normal(size=[num_steps, batch]),
-      values=values,
-      next_values=next_values,
-      trace_mask=np.ones([num_steps, batch]))
+    log_rhos=rng.normal(scale=1.0, size=[num_steps, batch]),
+    discounts=np.full([num_steps, batch], 0.9),
+    rewards=rng.normal(size=[num_steps, batch]),
+    values=values,
+    next_values=next_values,
+    trace_mask=np.ones([num_steps, batch]),
+  )
 
 
 def run_vtrace(inputs, **clips):
   vs, adv = vtrace.vtrace_targets(
-      **{k: tf.constant(v, tf.float32) for k, v in inputs.items()}, **clips)
+    **{k: tf.constant(v, tf.float32) for k, v in inputs.items()}, **clips
+  )
   return vs.numpy(), adv.numpy()
 
 
 # ------------------------------------------------------------ vtrace_targets
 
 
-@pytest.mark.parametrize("clips", [
-    dict(clip_rho_threshold=1.0, clip_c_threshold=1.0,
-         clip_pg_rho_threshold=1.0),
-    dict(clip_rho_threshold=1.7, clip_c_threshold=0.6,
-         clip_pg_rho_threshold=1.2),
-])
+@pytest.mark.parametrize(
+  "clips",
+  [
+    dict(
+      clip_rho_threshold=1.0, clip_c_threshold=1.0, clip_pg_rho_threshold=1.0
+    ),
+    dict(
+      clip_rho_threshold=1.7, clip_c_threshold=0.6, clip_pg_rho_threshold=1.2
+    ),
+  ],
+)
 def test_random_inputs_match_reference_with_clipping(clips):
   rng = np.random.default_rng(0)
   inputs = random_boundary_inputs(rng, num_steps=7, batch=5)
@@ -142,9 +171,11 @@ def test_random_inputs_match_reference_with_clipping(clips):
   assert (rhos > 1.7).any() and (rhos < 0.6).any()
   vs, adv = run_vtrace(inputs, **clips)
   ref_vs, ref_adv = reference_vtrace(
-      **inputs, rho_bar=clips["clip_rho_threshold"],
-      c_bar=clips["clip_c_threshold"],
-      pg_rho_bar=clips["clip_pg_rho_threshold"])
+    **inputs,
+    rho_bar=clips["clip_rho_threshold"],
+    c_bar=clips["clip_c_threshold"],
+    pg_rho_bar=clips["clip_pg_rho_threshold"],
+  )
   np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
 
@@ -155,8 +186,9 @@ def test_random_boundaries_match_reference():
   terminated = rng.random([9, 6]) < 0.2
   truncated = (rng.random([9, 6]) < 0.2) & ~terminated
   inputs["discounts"] = 0.95 * (1.0 - terminated)
-  inputs["next_values"] = np.where(truncated, rng.normal(size=[9, 6]),
-                                   inputs["next_values"])
+  inputs["next_values"] = np.where(
+    truncated, rng.normal(size=[9, 6]), inputs["next_values"]
+  )
   inputs["trace_mask"] = 1.0 - (terminated | truncated)
   vs, adv = run_vtrace(inputs)
   ref_vs, ref_adv = reference_vtrace(**inputs)
@@ -164,16 +196,33 @@ def test_random_boundaries_match_reference():
   np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
 
 
-def transition_targets(log_rhos, reward, terminated, truncated,
-                       bootstrap_value, values, gamma, **clips):
+def transition_targets(
+  log_rhos,
+  reward,
+  terminated,
+  truncated,
+  bootstrap_value,
+  values,
+  gamma,
+  **clips,
+):
   """Implementation path: raw flags -> transition_inputs -> vtrace_targets."""
   discounts, next_values, trace_mask = loss_lib.transition_inputs(
-      tf.constant(values, tf.float32), tf.constant(terminated),
-      tf.constant(truncated), tf.constant(bootstrap_value, tf.float32), gamma)
+    tf.constant(values, tf.float32),
+    tf.constant(terminated),
+    tf.constant(truncated),
+    tf.constant(bootstrap_value, tf.float32),
+    gamma,
+  )
   vs, adv = vtrace.vtrace_targets(
-      tf.constant(log_rhos, tf.float32), discounts,
-      tf.constant(reward[1:], tf.float32),
-      tf.constant(values[:-1], tf.float32), next_values, trace_mask, **clips)
+    tf.constant(log_rhos, tf.float32),
+    discounts,
+    tf.constant(reward[1:], tf.float32),
+    tf.constant(values[:-1], tf.float32),
+    next_values,
+    trace_mask,
+    **clips,
+  )
   return vs.numpy(), adv.numpy()
 
 
@@ -187,13 +236,16 @@ def unroll_flags(num_steps, batch, terminated_at=(), truncated_at=()):
   return terminated, truncated
 
 
-def targets_matching_reference(log_rhos, reward, terminated, truncated,
-                               bootstrap, values, gamma):
+def targets_matching_reference(
+  log_rhos, reward, terminated, truncated, bootstrap, values, gamma
+):
   """transition_targets, asserted equal to reference_from_flags."""
-  vs, adv = transition_targets(log_rhos, reward, terminated, truncated,
-                               bootstrap, values, gamma)
-  ref_vs, ref_adv = reference_from_flags(log_rhos, reward, terminated,
-                                         truncated, bootstrap, values, gamma)
+  vs, adv = transition_targets(
+    log_rhos, reward, terminated, truncated, bootstrap, values, gamma
+  )
+  ref_vs, ref_adv = reference_from_flags(
+    log_rhos, reward, terminated, truncated, bootstrap, values, gamma
+  )
   np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
   return vs, adv
@@ -202,44 +254,57 @@ def targets_matching_reference(log_rhos, reward, terminated, truncated,
 def test_termination_mid_unroll():
   rng = np.random.default_rng(2)
   num_steps, batch = 6, 3
-  terminated, truncated = unroll_flags(num_steps, batch,
-                                       terminated_at=[(3, 0), (1, 2), (6, 1)])
+  terminated, truncated = unroll_flags(
+    num_steps, batch, terminated_at=[(3, 0), (1, 2), (6, 1)]
+  )
   values = rng.normal(size=[num_steps + 1, batch])
   reward = rng.normal(size=[num_steps + 1, batch])
   log_rhos = rng.normal(size=[num_steps, batch])
   bootstrap = np.zeros_like(values)
-  vs, _ = targets_matching_reference(log_rhos, reward, terminated, truncated,
-                                     bootstrap, values, 0.9)
+  vs, _ = targets_matching_reference(
+    log_rhos, reward, terminated, truncated, bootstrap, values, 0.9
+  )
   # The step before a termination does not bootstrap at all.
   rho = min(1.0, math.exp(log_rhos[2, 0]))
   np.testing.assert_allclose(
-      vs[2, 0], values[2, 0] + rho * (reward[3, 0] - values[2, 0]), rtol=1e-5)
+    vs[2, 0], values[2, 0] + rho * (reward[3, 0] - values[2, 0]), rtol=1e-5
+  )
 
 
 def test_truncation_mid_unroll_bootstraps_and_cuts_trace():
   rng = np.random.default_rng(3)
   num_steps, batch = 6, 2
-  terminated, truncated = unroll_flags(num_steps, batch,
-                                       truncated_at=[(3, 0), (5, 1)])
+  terminated, truncated = unroll_flags(
+    num_steps, batch, truncated_at=[(3, 0), (5, 1)]
+  )
   values = rng.normal(size=[num_steps + 1, batch])
   reward = rng.normal(size=[num_steps + 1, batch])
   log_rhos = rng.normal(size=[num_steps, batch])
   bootstrap = np.zeros_like(values)
   bootstrap[3, 0], bootstrap[5, 1] = 7.5, -4.0
-  vs, adv = targets_matching_reference(log_rhos, reward, terminated,
-                                       truncated, bootstrap, values, 0.9)
+  vs, adv = targets_matching_reference(
+    log_rhos, reward, terminated, truncated, bootstrap, values, 0.9
+  )
   # The last step of the truncated episode bootstraps from bootstrap_value.
   rho = min(1.0, math.exp(log_rhos[2, 0]))
   np.testing.assert_allclose(
-      vs[2, 0],
-      values[2, 0] + rho * (reward[3, 0] + 0.9 * 7.5 - values[2, 0]),
-      rtol=1e-5)
+    vs[2, 0],
+    values[2, 0] + rho * (reward[3, 0] + 0.9 * 7.5 - values[2, 0]),
+    rtol=1e-5,
+  )
   # Nothing from the next episode (rewards, values) reaches back across.
   changed_reward, changed_values = reward.copy(), values.copy()
   changed_reward[4:, 0] += 100.0
   changed_values[3:, 0] -= 50.0
-  vs2, adv2 = transition_targets(log_rhos, changed_reward, terminated,
-                                 truncated, bootstrap, changed_values, 0.9)
+  vs2, adv2 = transition_targets(
+    log_rhos,
+    changed_reward,
+    terminated,
+    truncated,
+    bootstrap,
+    changed_values,
+    0.9,
+  )
   np.testing.assert_allclose(vs2[:3, 0], vs[:3, 0], rtol=1e-6)
   np.testing.assert_allclose(adv2[:3, 0], adv[:3, 0], rtol=1e-6)
   assert not np.allclose(vs2[3:, 0], vs[3:, 0])
@@ -248,25 +313,28 @@ def test_truncation_mid_unroll_bootstraps_and_cuts_trace():
 def test_discount_zero_is_one_step_targets():
   rng = np.random.default_rng(4)
   num_steps, batch = 5, 3
-  terminated, truncated = unroll_flags(num_steps, batch,
-                                       truncated_at=[(2, 1)],
-                                       terminated_at=[(4, 2)])
+  terminated, truncated = unroll_flags(
+    num_steps, batch, truncated_at=[(2, 1)], terminated_at=[(4, 2)]
+  )
   values = rng.normal(size=[num_steps + 1, batch])
   reward = rng.normal(size=[num_steps + 1, batch])
   log_rhos = rng.normal(size=[num_steps, batch])
   bootstrap = rng.normal(size=values.shape)
-  vs, adv = transition_targets(log_rhos, reward, terminated, truncated,
-                               bootstrap, values, 0.0)
+  vs, adv = transition_targets(
+    log_rhos, reward, terminated, truncated, bootstrap, values, 0.0
+  )
   rhos = np.minimum(1.0, np.exp(log_rhos))
   np.testing.assert_allclose(
-      vs, values[:-1] + rhos * (reward[1:] - values[:-1]), rtol=1e-5,
-      atol=1e-6)
-  np.testing.assert_allclose(adv, rhos * (reward[1:] - values[:-1]),
-                             rtol=1e-5, atol=1e-6)
+    vs, values[:-1] + rhos * (reward[1:] - values[:-1]), rtol=1e-5, atol=1e-6
+  )
+  np.testing.assert_allclose(
+    adv, rhos * (reward[1:] - values[:-1]), rtol=1e-5, atol=1e-6
+  )
 
 
-def nstep_returns(reward, terminated, truncated, bootstrap_value, values,
-                  gamma):
+def nstep_returns(
+  reward, terminated, truncated, bootstrap_value, values, gamma
+):
   """On-policy n-step returns to the end of the unroll or episode."""
   num_steps = reward.shape[0] - 1
   returns = np.zeros([num_steps, reward.shape[1]])
@@ -291,22 +359,26 @@ def nstep_returns(reward, terminated, truncated, bootstrap_value, values,
 def test_on_policy_reduces_to_nstep_returns(gamma):
   rng = np.random.default_rng(5)
   num_steps, batch = 8, 4
-  terminated, truncated = unroll_flags(num_steps, batch,
-                                       terminated_at=[(2, 0), (8, 3)],
-                                       truncated_at=[(5, 1), (5, 0)])
+  terminated, truncated = unroll_flags(
+    num_steps,
+    batch,
+    terminated_at=[(2, 0), (8, 3)],
+    truncated_at=[(5, 1), (5, 0)],
+  )
   values = rng.normal(size=[num_steps + 1, batch])
   reward = rng.normal(size=[num_steps + 1, batch])
   bootstrap = rng.normal(size=values.shape)
   log_rhos = np.zeros([num_steps, batch])
-  vs, adv = transition_targets(log_rhos, reward, terminated, truncated,
-                               bootstrap, values, gamma)
-  expected = nstep_returns(reward, terminated, truncated, bootstrap, values,
-                           gamma)
+  vs, adv = transition_targets(
+    log_rhos, reward, terminated, truncated, bootstrap, values, gamma
+  )
+  expected = nstep_returns(
+    reward, terminated, truncated, bootstrap, values, gamma
+  )
   np.testing.assert_allclose(vs, expected, rtol=1e-5, atol=1e-5)
   # On-policy pg advantage = r + gamma * G_{t+1} - V = G_t - V (inside an
   # episode).
-  np.testing.assert_allclose(adv, expected - values[:-1], rtol=1e-5,
-                             atol=1e-5)
+  np.testing.assert_allclose(adv, expected - values[:-1], rtol=1e-5, atol=1e-5)
 
 
 def test_vtrace_rejects_bad_inputs():
@@ -338,36 +410,46 @@ def test_impala_loss_matches_numpy_reference():
   action = rng.integers(0, num_actions, size=[num_steps + 1, batch])
   values = rng.normal(size=[num_steps + 1, batch])
   reward = rng.normal(size=[num_steps + 1, batch])
-  terminated, truncated = unroll_flags(num_steps, batch,
-                                       terminated_at=[(2, 1)],
-                                       truncated_at=[(4, 2)])
+  terminated, truncated = unroll_flags(
+    num_steps, batch, terminated_at=[(2, 1)], truncated_at=[(4, 2)]
+  )
   bootstrap = np.where(truncated, rng.normal(size=values.shape), 0.0)
 
   total, metrics = loss_lib.impala_loss(
-      distributions.Categorical(num_actions),
-      tf.constant(logits, tf.float32), tf.constant(values, tf.float32),
-      tf.constant(action, tf.int32), tf.constant(behaviour, tf.float32),
-      tf.constant(reward, tf.float32), tf.constant(terminated),
-      tf.constant(truncated), tf.constant(bootstrap, tf.float32),
-      discount=gamma, baseline_cost=baseline_cost, entropy_cost=entropy_cost)
+    distributions.Categorical(num_actions),
+    tf.constant(logits, tf.float32),
+    tf.constant(values, tf.float32),
+    tf.constant(action, tf.int32),
+    tf.constant(behaviour, tf.float32),
+    tf.constant(reward, tf.float32),
+    tf.constant(terminated),
+    tf.constant(truncated),
+    tf.constant(bootstrap, tf.float32),
+    discount=gamma,
+    baseline_cost=baseline_cost,
+    entropy_cost=entropy_cost,
+  )
 
   log_pi = np_log_softmax(logits)[:-1]
   log_mu = np_log_softmax(behaviour)[:-1]
   picked = np.take_along_axis(log_pi, action[:-1, :, None], -1)[..., 0]
-  log_rhos = picked - np.take_along_axis(log_mu, action[:-1, :, None],
-                                         -1)[..., 0]
-  vs, adv = reference_from_flags(log_rhos, reward, terminated, truncated,
-                                 bootstrap, values, gamma)
+  log_rhos = (
+    picked - np.take_along_axis(log_mu, action[:-1, :, None], -1)[..., 0]
+  )
+  vs, adv = reference_from_flags(
+    log_rhos, reward, terminated, truncated, bootstrap, values, gamma
+  )
   policy = -np.mean(picked * adv)
-  baseline = baseline_cost * 0.5 * np.mean((vs - values[:-1])**2)
+  baseline = baseline_cost * 0.5 * np.mean((vs - values[:-1]) ** 2)
   entropy = np.mean(-(np.exp(log_pi) * log_pi).sum(-1))
   expected_total = policy + baseline - entropy_cost * entropy
   np.testing.assert_allclose(metrics["loss/policy"], policy, rtol=1e-4)
   np.testing.assert_allclose(metrics["loss/value"], baseline, rtol=1e-4)
   np.testing.assert_allclose(metrics["policy/entropy"], entropy, rtol=1e-4)
   np.testing.assert_allclose(total, expected_total, rtol=1e-4)
-  np.testing.assert_allclose(metrics["vtrace/rho_mean"],
-                             np.mean(np.exp(log_rhos)), rtol=1e-4)
+  np.testing.assert_allclose(
+    metrics["vtrace/rho_mean"], np.mean(np.exp(log_rhos)), rtol=1e-4
+  )
 
 
 def test_loss_value_and_gradient_direction_hand_built():
@@ -378,20 +460,30 @@ def test_loss_value_and_gradient_direction_hand_built():
   terminated = tf.constant([[False], [True]])
   with tf.GradientTape() as tape:
     total, metrics = loss_lib.impala_loss(
-        distributions.Categorical(2), logits, baseline,
-        tf.constant([[0], [0]]), tf.zeros([2, 1, 2]),
-        tf.constant([[0.0], [1.0]]), terminated, tf.zeros([2, 1], tf.bool),
-        tf.zeros([2, 1]), discount=0.99, baseline_cost=0.5,
-        entropy_cost=0.1)
+      distributions.Categorical(2),
+      logits,
+      baseline,
+      tf.constant([[0], [0]]),
+      tf.zeros([2, 1, 2]),
+      tf.constant([[0.0], [1.0]]),
+      terminated,
+      tf.zeros([2, 1], tf.bool),
+      tf.zeros([2, 1]),
+      discount=0.99,
+      baseline_cost=0.5,
+      entropy_cost=0.1,
+    )
   ln2 = math.log(2.0)
   # vs = 1, advantage = 1 - 0.25.
   np.testing.assert_allclose(metrics["value/target_mean"], 1.0, rtol=1e-6)
   np.testing.assert_allclose(metrics["loss/policy"], 0.75 * ln2, rtol=1e-6)
-  np.testing.assert_allclose(metrics["loss/value"], 0.5 * 0.5 * 0.75**2,
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    metrics["loss/value"], 0.5 * 0.5 * 0.75**2, rtol=1e-6
+  )
   np.testing.assert_allclose(metrics["loss/entropy"], -0.1 * ln2, rtol=1e-6)
   np.testing.assert_allclose(
-      total, 0.75 * ln2 + 0.25 * 0.75**2 - 0.1 * ln2, rtol=1e-6)
+    total, 0.75 * ln2 + 0.25 * 0.75**2 - 0.1 * ln2, rtol=1e-6
+  )
   grad_logits, grad_baseline = tape.gradient(total, [logits, baseline])
   # Descending the loss raises the rewarded action's logit, lowers the other,
   # raises V(x_0) towards 1, and leaves the bootstrap step untouched.
@@ -404,11 +496,13 @@ def test_loss_value_and_gradient_direction_hand_built():
 def test_reward_clipping():
   rewards = np.array([-20.0, -1.5, -0.3, 0.0, 0.4, 2.0, 30.0], np.float32)
   np.testing.assert_allclose(loss_lib.clip_rewards(rewards, "none"), rewards)
-  np.testing.assert_allclose(loss_lib.clip_rewards(rewards, "abs_one"),
-                             np.clip(rewards, -1, 1))
+  np.testing.assert_allclose(
+    loss_lib.clip_rewards(rewards, "abs_one"), np.clip(rewards, -1, 1)
+  )
   squeezed = np.tanh(rewards / 5.0)
   expected = np.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
-  np.testing.assert_allclose(loss_lib.clip_rewards(rewards, "soft_asymmetric"),
-                             expected, rtol=1e-6)
+  np.testing.assert_allclose(
+    loss_lib.clip_rewards(rewards, "soft_asymmetric"), expected, rtol=1e-6
+  )
   with pytest.raises(ValueError, match="allowed: 'none'"):
     loss_lib.clip_rewards(rewards, "sign")

@@ -28,8 +28,13 @@ ACTION_SPEC = ArraySpec((), "int32", "action", num_values=2)
 
 
 def small_config(**overrides):
-  kwargs = dict(unroll_length=5, batch_size=4, queue_capacity=8,
-                lr_schedule="constant", learning_rate=1e-2)
+  kwargs = dict(
+    unroll_length=5,
+    batch_size=4,
+    queue_capacity=8,
+    lr_schedule="constant",
+    learning_rate=1e-2,
+  )
   kwargs.update(overrides)
   return VtraceConfig(**kwargs)
 
@@ -37,40 +42,46 @@ def small_config(**overrides):
 def act_inputs(agent, observation, eval_mask=None, core_state=None):
   batch = observation.shape[0]
   return ActInputs(
-      env_ids=np.arange(batch, dtype=np.int32),
-      observation=observation.astype(np.float32),
-      prev_action=np.zeros([batch], np.int32),
-      reward=np.zeros([batch], np.float32),
-      done=np.zeros([batch], bool),
-      core_state=(agent.initial_core_state(batch)
-                  if core_state is None else core_state),
-      eval_mask=(np.zeros([batch], bool) if eval_mask is None else eval_mask))
+    env_ids=np.arange(batch, dtype=np.int32),
+    observation=observation.astype(np.float32),
+    prev_action=np.zeros([batch], np.int32),
+    reward=np.zeros([batch], np.float32),
+    done=np.zeros([batch], bool),
+    core_state=(
+      agent.initial_core_state(batch) if core_state is None else core_state
+    ),
+    eval_mask=(np.zeros([batch], bool) if eval_mask is None else eval_mask),
+  )
 
 
 def make_unroll(agent, batch, rng, policy_version=0):
   """Random CartPole-shaped unrolls with behaviour logits from act()."""
   t1 = agent.unroll_length + 1
   observation = rng.normal(size=[batch, t1, 4]).astype(np.float32)
-  logits = np.stack([
+  logits = np.stack(
+    [
       agent.act(act_inputs(agent, observation[:, t])).extras["logits"]
       for t in range(t1)
-  ], 1)
+    ],
+    1,
+  )
   terminated = rng.random([batch, t1]) < 0.1
   truncated = (rng.random([batch, t1]) < 0.1) & ~terminated
   action = rng.integers(0, 2, [batch, t1]).astype(np.int32)
   return Unroll(
-      env_ids=np.arange(batch, dtype=np.int32),
-      observation=observation,
-      reward=np.ones([batch, t1], np.float32),
-      terminated=terminated,
-      truncated=truncated,
-      bootstrap_value=np.where(truncated, 5.0, 0.0).astype(np.float32),
-      prev_action=np.roll(action, 1, axis=1),
-      action=action,
-      value=np.zeros([batch, t1], np.float32),
-      extras={"logits": logits},
-      core_state=agent.initial_core_state(batch),
-      policy_version=np.full([batch, t1], policy_version, np.int64))
+    env_ids=np.arange(batch, dtype=np.int32),
+    observation=observation,
+    reward=np.ones([batch, t1], np.float32),
+    terminated=terminated,
+    truncated=truncated,
+    bootstrap_value=np.where(truncated, 5.0, 0.0).astype(np.float32),
+    prev_action=np.roll(action, 1, axis=1),
+    action=action,
+    value=np.zeros([batch, t1], np.float32),
+    extras={"logits": logits},
+    core_state=agent.initial_core_state(batch),
+    policy_version=np.full([batch, t1], policy_version, np.int64),
+  )
 
 
 def weights(agent):
@@ -99,20 +110,30 @@ def test_config_validation_messages():
 def test_act_shapes_dtypes_and_greedy_eval():
   agent = VtraceAgent(OBS_SPEC, ACTION_SPEC, 6, small_config())
   obs = np.random.default_rng(0).normal(size=[6, 4])
-  out = agent.act(act_inputs(agent, obs,
-                             eval_mask=np.array([1, 1, 1, 0, 0, 0], bool)))
+  out = agent.act(
+    act_inputs(agent, obs, eval_mask=np.array([1, 1, 1, 0, 0, 0], bool))
+  )
   assert out.action.shape == (6,) and out.action.dtype == np.int32
   assert out.value.shape == (6,) and out.value.dtype == np.float32
   assert out.extras["logits"].shape == (6, 2)
   assert out.core_state == ()
-  np.testing.assert_array_equal(out.action[:3],
-                                out.extras["logits"][:3].argmax(-1))
+  np.testing.assert_array_equal(
+    out.action[:3], out.extras["logits"][:3].argmax(-1)
+  )
   # A different batch size reuses the same compiled function.
   assert agent.act(act_inputs(agent, obs[:1])).action.shape == (1,)
   with pytest.raises(ValueError, match="ActInputs.observation: dtype"):
-    agent.act(ActInputs(np.arange(2, dtype=np.int32), np.zeros([2, 4]),
-                        np.zeros([2], np.int32), np.zeros([2], np.float32),
-                        np.zeros([2], bool), (), np.zeros([2], bool)))
+    agent.act(
+      ActInputs(
+        np.arange(2, dtype=np.int32),
+        np.zeros([2, 4]),
+        np.zeros([2], np.int32),
+        np.zeros([2], np.float32),
+        np.zeros([2], bool),
+        (),
+        np.zeros([2], bool),
+      )
+    )
 
 
 def test_train_steps_are_finite_and_change_weights():
@@ -125,8 +146,14 @@ def test_train_steps_are_finite_and_change_weights():
     agent.add_unrolls(make_unroll(agent, 5, rng))
     for _ in range(2):
       metrics = agent.train_step()
-      for name in ("loss/total", "loss/policy", "loss/value",
-                   "loss/entropy", "vtrace/rho_mean", "grad/norm"):
+      for name in (
+        "loss/total",
+        "loss/policy",
+        "loss/value",
+        "loss/entropy",
+        "vtrace/rho_mean",
+        "grad/norm",
+      ):
         assert np.isfinite(metrics[name]), name
   assert int(agent.step_counter.numpy()) == 4
   after = weights(agent)
@@ -136,8 +163,9 @@ def test_train_steps_are_finite_and_change_weights():
 def test_epochs_and_minibatches_reuse_each_round():
   """2 epochs x 2 minibatches: four updates on one round of 4 unrolls, each
   unroll trained on twice (V-trace corrects for the moving policy)."""
-  agent = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4,
-                      small_config(num_epochs=2, num_minibatches=2))
+  agent = VtraceAgent(
+    OBS_SPEC, ACTION_SPEC, 4, small_config(num_epochs=2, num_minibatches=2)
+  )
   rng = np.random.default_rng(5)
   agent.add_unrolls(make_unroll(agent, 4, rng))
   metrics = agent.train_step()
@@ -198,7 +226,8 @@ def test_train_step_returns_empty_after_stop_while_waiting():
   agent = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config())
   result = {}
   waiter = threading.Thread(
-      target=lambda: result.update(metrics=agent.train_step()))
+    target=lambda: result.update(metrics=agent.train_step())
+  )
   waiter.start()
   time.sleep(0.1)
   agent.stop()
@@ -208,8 +237,9 @@ def test_train_step_returns_empty_after_stop_while_waiting():
 
 def test_learns_contextual_bandit():
   """Single-step episodes: reward 1 when the action equals the context bit."""
-  config = small_config(batch_size=8, queue_capacity=16, learning_rate=3e-2,
-                        entropy_cost=0.0)
+  config = small_config(
+    batch_size=8, queue_capacity=16, learning_rate=3e-2, entropy_cost=0.0
+  )
   agent = VtraceAgent(OBS_SPEC, ACTION_SPEC, 8, config)
   rng = np.random.default_rng(5)
   t1 = agent.unroll_length + 1
@@ -223,24 +253,31 @@ def test_learns_contextual_bandit():
 
   for _ in range(30):
     bits, observation = contexts((8, t1))
-    steps = [agent.act(act_inputs(agent, observation[:, t]))
-             for t in range(t1)]
+    steps = [agent.act(act_inputs(agent, observation[:, t])) for t in range(t1)]
     action = np.stack([s.action for s in steps], 1)
     reward = np.zeros([8, t1], np.float32)
-    reward[:, 1:] = (action[:, :-1] == bits[:, :-1])
-    agent.add_unrolls(Unroll(
-        env_ids=np.arange(8, dtype=np.int32), observation=observation,
-        reward=reward, terminated=np.ones([8, t1], bool),
+    reward[:, 1:] = action[:, :-1] == bits[:, :-1]
+    agent.add_unrolls(
+      Unroll(
+        env_ids=np.arange(8, dtype=np.int32),
+        observation=observation,
+        reward=reward,
+        terminated=np.ones([8, t1], bool),
         truncated=np.zeros([8, t1], bool),
         bootstrap_value=np.zeros([8, t1], np.float32),
-        prev_action=np.zeros([8, t1], np.int32), action=action,
+        prev_action=np.zeros([8, t1], np.int32),
+        action=action,
         value=np.stack([s.value for s in steps], 1),
         extras={"logits": np.stack([s.extras["logits"] for s in steps], 1)},
-        core_state=(), policy_version=np.zeros([8, t1], np.int64)))
+        core_state=(),
+        policy_version=np.zeros([8, t1], np.int64),
+      )
+    )
     agent.train_step()
   bits, observation = contexts((200,))
-  greedy = agent.act(act_inputs(agent, observation,
-                                eval_mask=np.ones([200], bool)))
+  greedy = agent.act(
+    act_inputs(agent, observation, eval_mask=np.ones([200], bool))
+  )
   assert np.mean(greedy.action == bits) > 0.95
   # Values approach the expected reward of the current (nearly greedy) policy.
   assert np.mean(greedy.value) > 0.6
@@ -265,21 +302,26 @@ def test_checkpoint_round_trip(tmp_path):
 
   fresh = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config())
   tf.train.Checkpoint(**fresh.checkpoint_objects()).restore(
-      path).assert_consumed()
+    path
+  ).assert_consumed()
   for restored, saved in zip(weights(fresh), saved_weights):
     np.testing.assert_array_equal(restored, saved)
   assert int(fresh.step_counter.numpy()) == 1
   assert int(fresh.checkpoint_objects()["optimizer"].iterations) == (
-      saved_iterations)
+    saved_iterations
+  )
   np.testing.assert_allclose(
-      fresh.act(act_inputs(fresh, obs)).extras["logits"], saved_logits,
-      rtol=1e-6)
+    fresh.act(act_inputs(fresh, obs)).extras["logits"], saved_logits, rtol=1e-6
+  )
 
 
 def test_lstm_agent_act_and_train():
-  agent = VtraceAgent(OBS_SPEC, ACTION_SPEC, 3,
-                      small_config(use_lstm=True, lstm_size=8, batch_size=3,
-                                   queue_capacity=6))
+  agent = VtraceAgent(
+    OBS_SPEC,
+    ACTION_SPEC,
+    3,
+    small_config(use_lstm=True, lstm_size=8, batch_size=3, queue_capacity=6),
+  )
   state = agent.initial_core_state(3)
   assert [s.shape for s in state] == [(3, 8), (3, 8)]
   out = agent.act(act_inputs(agent, np.ones([3, 4])))
@@ -295,24 +337,30 @@ def test_lstm_agent_act_and_train():
 
 def test_continuous_actions():
   action_spec = ArraySpec((2,), "float32", "torque", minimum=-1.0, maximum=1.0)
-  agent = VtraceAgent(OBS_SPEC, action_spec, 2, small_config(batch_size=2,
-                                                              queue_capacity=2))
+  agent = VtraceAgent(
+    OBS_SPEC, action_spec, 2, small_config(batch_size=2, queue_capacity=2)
+  )
   out = agent.act(act_inputs_continuous(np.ones([2, 4])))
   assert out.action.shape == (2, 2) and out.action.dtype == np.float32
   assert out.extras["logits"].shape == (2, 4)  # mean and log std
   t1 = agent.unroll_length + 1
   rng = np.random.default_rng(8)
-  agent.add_unrolls(Unroll(
+  agent.add_unrolls(
+    Unroll(
       env_ids=np.arange(2, dtype=np.int32),
       observation=rng.normal(size=[2, t1, 4]).astype(np.float32),
       reward=rng.normal(size=[2, t1]).astype(np.float32),
-      terminated=np.zeros([2, t1], bool), truncated=np.zeros([2, t1], bool),
+      terminated=np.zeros([2, t1], bool),
+      truncated=np.zeros([2, t1], bool),
       bootstrap_value=np.zeros([2, t1], np.float32),
       prev_action=np.zeros([2, t1, 2], np.float32),
       action=rng.normal(size=[2, t1, 2]).astype(np.float32),
       value=np.zeros([2, t1], np.float32),
-      extras={"logits": np.zeros([2, t1, 4], np.float32)}, core_state=(),
-      policy_version=np.zeros([2, t1], np.int64)))
+      extras={"logits": np.zeros([2, t1, 4], np.float32)},
+      core_state=(),
+      policy_version=np.zeros([2, t1], np.int64),
+    )
+  )
   assert np.isfinite(agent.train_step()["loss/total"])
 
 
@@ -327,8 +375,7 @@ def test_policy_distribution_ignores_box_bounds():
   action, raw = gaussian.mode(params)
   np.testing.assert_array_equal(action, [[5.0, -5.0]])
   np.testing.assert_array_equal(action, raw)
-  assert isinstance(policy_distribution(ACTION_SPEC),
-                    distributions.Categorical)
+  assert isinstance(policy_distribution(ACTION_SPEC), distributions.Categorical)
   with pytest.raises(ValueError, match="discrete actions must be scalars"):
     policy_distribution(ArraySpec((2,), "int32", num_values=3))
   with pytest.raises(ValueError, match="continuous actions must be float"):
@@ -337,19 +384,28 @@ def test_policy_distribution_ignores_box_bounds():
 
 def act_inputs_continuous(observation):
   batch = observation.shape[0]
-  return ActInputs(np.arange(batch, dtype=np.int32),
-                   observation.astype(np.float32),
-                   np.zeros([batch, 2], np.float32),
-                   np.zeros([batch], np.float32), np.zeros([batch], bool), (),
-                   np.zeros([batch], bool))
+  return ActInputs(
+    np.arange(batch, dtype=np.int32),
+    observation.astype(np.float32),
+    np.zeros([batch, 2], np.float32),
+    np.zeros([batch], np.float32),
+    np.zeros([batch], bool),
+    (),
+    np.zeros([batch], bool),
+  )
 
 
 def test_create_agent_reads_gin():
   gin.clear_config()
   try:
     gin.parse_config_files_and_bindings(
-        [], ["VtraceConfig.unroll_length = 7", "VtraceConfig.batch_size = 2",
-             "mlp_torso.hidden_sizes = (8,)"])
+      [],
+      [
+        "VtraceConfig.unroll_length = 7",
+        "VtraceConfig.batch_size = 2",
+        "mlp_torso.hidden_sizes = (8,)",
+      ],
+    )
     agent = create_agent(OBS_SPEC, ACTION_SPEC, 2)
     assert agent.unroll_length == 7 and agent.config.batch_size == 2
     assert agent.unroll_overlap == 1
@@ -360,29 +416,50 @@ def test_create_agent_reads_gin():
 
 def test_atari_shaped_lstm_agent_trains():
   from seed_rl.atari.networks import atari_torso
+
   obs_spec = ArraySpec((84, 84, 4), "uint8", "frames")
   action_spec = ArraySpec((), "int32", "action", num_values=6)
-  config = small_config(unroll_length=2, batch_size=2, queue_capacity=2,
-                        use_lstm=True, lstm_size=16, torso=atari_torso,
-                        reward_clipping="abs_one")
+  config = small_config(
+    unroll_length=2,
+    batch_size=2,
+    queue_capacity=2,
+    use_lstm=True,
+    lstm_size=16,
+    torso=atari_torso,
+    reward_clipping="abs_one",
+  )
   agent = VtraceAgent(obs_spec, action_spec, 2, config)
   rng = np.random.default_rng(9)
   frames = rng.integers(0, 256, [2, 3, 84, 84, 4], dtype=np.uint8)
   state = agent.initial_core_state(2)
-  out = agent.act(ActInputs(np.arange(2, dtype=np.int32), frames[:, 0],
-                            np.zeros([2], np.int32), np.zeros([2], np.float32),
-                            np.ones([2], bool), state, np.zeros([2], bool)))
+  out = agent.act(
+    ActInputs(
+      np.arange(2, dtype=np.int32),
+      frames[:, 0],
+      np.zeros([2], np.int32),
+      np.zeros([2], np.float32),
+      np.ones([2], bool),
+      state,
+      np.zeros([2], bool),
+    )
+  )
   assert out.extras["logits"].shape == (2, 6)
-  agent.add_unrolls(Unroll(
-      env_ids=np.arange(2, dtype=np.int32), observation=frames,
+  agent.add_unrolls(
+    Unroll(
+      env_ids=np.arange(2, dtype=np.int32),
+      observation=frames,
       reward=np.full([2, 3], 3.0, np.float32),
-      terminated=np.zeros([2, 3], bool), truncated=np.zeros([2, 3], bool),
+      terminated=np.zeros([2, 3], bool),
+      truncated=np.zeros([2, 3], bool),
       bootstrap_value=np.zeros([2, 3], np.float32),
       prev_action=np.zeros([2, 3], np.int32),
       action=rng.integers(0, 6, [2, 3]).astype(np.int32),
       value=np.zeros([2, 3], np.float32),
-      extras={"logits": np.zeros([2, 3, 6], np.float32)}, core_state=state,
-      policy_version=np.zeros([2, 3], np.int64)))
+      extras={"logits": np.zeros([2, 3, 6], np.float32)},
+      core_state=state,
+      policy_version=np.zeros([2, 3], np.int64),
+    )
+  )
   metrics = agent.train_step()
   assert np.isfinite(metrics["loss/total"])
   # Rewards of 3 are clipped to 1 before the targets: with V ~ 0 and

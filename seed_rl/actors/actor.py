@@ -53,28 +53,37 @@ def check_actions(actions: Any, spec: ArraySpec, num_envs: int) -> None:
   in the env, see EnvRunner).
   """
   if not isinstance(actions, np.ndarray):
-    raise ValueError(f"learner actions: expected a numpy array, got "
-                     f"{type(actions).__name__}")
+    raise ValueError(
+      f"learner actions: expected a numpy array, got {type(actions).__name__}"
+    )
   spec.check_batch(actions, num_envs, "learner actions")
   if spec.is_discrete:
-    if actions.size and (actions.min() < 0 or
-                         actions.max() >= spec.num_values):
+    if actions.size and (actions.min() < 0 or actions.max() >= spec.num_values):
       bad = actions[(actions < 0) | (actions >= spec.num_values)]
-      raise ValueError(f"learner actions: values {bad.tolist()[:8]} outside "
-                       f"[0, {spec.num_values}) of the discrete action spec")
+      raise ValueError(
+        f"learner actions: values {bad.tolist()[:8]} outside "
+        f"[0, {spec.num_values}) of the discrete action spec"
+      )
   elif np.issubdtype(actions.dtype, np.floating):
     if not np.isfinite(actions).all():
-      raise ValueError("learner actions: non-finite values in continuous "
-                       f"actions {actions.tolist()[:4]}")
+      raise ValueError(
+        "learner actions: non-finite values in continuous "
+        f"actions {actions.tolist()[:4]}"
+      )
 
 
-def run_actor(server_address: str, actor_id: int, num_envs: int,
-              env_factory: EnvFactory, seed: int,
-              max_steps: Optional[int] = None,
-              stop_event: Optional[threading.Event] = None,
-              client_factory: Optional[ClientFactory] = None,
-              log_interval_s: float = 30.0,
-              stats_path: Optional[str] = None) -> ActorSummary:
+def run_actor(
+  server_address: str,
+  actor_id: int,
+  num_envs: int,
+  env_factory: EnvFactory,
+  seed: int,
+  max_steps: Optional[int] = None,
+  stop_event: Optional[threading.Event] = None,
+  client_factory: Optional[ClientFactory] = None,
+  log_interval_s: float = 30.0,
+  stats_path: Optional[str] = None,
+) -> ActorSummary:
   """Runs one actor until `max_steps`, `stop_event` or an error.
 
   Args:
@@ -112,13 +121,16 @@ def run_actor(server_address: str, actor_id: int, num_envs: int,
   client = None
   try:
     if env.num_envs != num_envs:
-      raise ValueError(f"env_factory built {env.num_envs} envs, asked for "
-                       f"{num_envs}")
-    client = client_factory(server_address, actor_id, num_envs,
-                            env.observation_spec, env.action_spec)
+      raise ValueError(
+        f"env_factory built {env.num_envs} envs, asked for {num_envs}"
+      )
+    client = client_factory(
+      server_address, actor_id, num_envs, env.observation_spec, env.action_spec
+    )
     client.connect()
-    return _loop(env, client, actor_id, max_steps, stop_event, log_interval_s,
-                 stats_path)
+    return _loop(
+      env, client, actor_id, max_steps, stop_event, log_interval_s, stats_path
+    )
   finally:
     try:
       if client is not None:
@@ -127,21 +139,35 @@ def run_actor(server_address: str, actor_id: int, num_envs: int,
       env.close()
 
 
-def _loop(env: BatchedEnv, client, actor_id: int, max_steps: Optional[int],
-          stop_event: Optional[threading.Event],
-          log_interval_s: float, stats_path: Optional[str]) -> ActorSummary:
+def _loop(
+  env: BatchedEnv,
+  client,
+  actor_id: int,
+  max_steps: Optional[int],
+  stop_event: Optional[threading.Event],
+  log_interval_s: float,
+  stats_path: Optional[str],
+) -> ActorSummary:
   k = env.num_envs
   first_env_id = int(client.first_env_id)
   if first_env_id != actor_id * k:
-    logging.warning("actor %d: learner assigned env ids from %d, expected %d "
-                    "(env seeds assume the latter)", actor_id, first_env_id,
-                    actor_id * k)
+    logging.warning(
+      "actor %d: learner assigned env ids from %d, expected %d "
+      "(env seeds assume the latter)",
+      actor_id,
+      first_env_id,
+      actor_id * k,
+    )
   env_ids = np.arange(first_env_id, first_env_id + k, dtype=np.int32)
   # From OS entropy, not the run seed: a restarted actor must get new ids so
   # the learner resets the state of these envs.
   run_ids = np.random.default_rng().integers(
-      np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=k, dtype=np.int64,
-      endpoint=True)
+    np.iinfo(np.int64).min,
+    np.iinfo(np.int64).max,
+    size=k,
+    dtype=np.int64,
+    endpoint=True,
+  )
   observation = env.reset()
   reward = np.zeros(k, np.float32)
   terminated = np.zeros(k, bool)
@@ -158,12 +184,17 @@ def _loop(env: BatchedEnv, client, actor_id: int, max_steps: Optional[int],
   while max_steps is None or steps < max_steps:
     if stop_event is not None and stop_event.is_set():
       break
-    batch = StepBatch(env_ids=env_ids, run_ids=run_ids, reward=reward,
-                      terminated=terminated, truncated=truncated,
-                      observation=observation,
-                      final_observation=final_observation,
-                      episode_return=episode_return,
-                      episode_length=episode_length)
+    batch = StepBatch(
+      env_ids=env_ids,
+      run_ids=run_ids,
+      reward=reward,
+      terminated=terminated,
+      truncated=truncated,
+      observation=observation,
+      final_observation=final_observation,
+      episode_return=episode_return,
+      episode_length=episode_length,
+    )
     t0 = time.perf_counter()
     actions = client.step(batch)
     t1 = time.perf_counter()
@@ -173,7 +204,8 @@ def _loop(env: BatchedEnv, client, actor_id: int, max_steps: Optional[int],
     env_s += time.perf_counter() - t1
     steps += 1
     episode_return, episode_length = tracker.update(
-        result.reward, result.terminated, result.truncated)
+      result.reward, result.terminated, result.truncated
+    )
     episodes += episode_return.size
     return_sum += float(episode_return.sum())
     observation, reward = result.observation, result.reward
@@ -184,25 +216,40 @@ def _loop(env: BatchedEnv, client, actor_id: int, max_steps: Optional[int],
     if now - last_log_time >= log_interval_s:
       rate = (steps - last_log_steps) * k / (now - last_log_time)
       busy = max(env_s + learner_s, 1e-9)
-      logging.info("actor %d: %.0f env steps/s (env %.0f%%, waiting for the "
-                   "learner %.0f%%), %d episodes, mean return %.2f", actor_id,
-                   rate, 100 * env_s / busy, 100 * learner_s / busy, episodes,
-                   return_sum / max(episodes, 1))
+      logging.info(
+        "actor %d: %.0f env steps/s (env %.0f%%, waiting for the "
+        "learner %.0f%%), %d episodes, mean return %.2f",
+        actor_id,
+        rate,
+        100 * env_s / busy,
+        100 * learner_s / busy,
+        episodes,
+        return_sum / max(episodes, 1),
+      )
       last_log_time, last_log_steps = now, steps
       if stats_path:
         _write_stats(stats_path, steps * k, now - start, env_s, learner_s)
-  return ActorSummary(steps=steps, env_steps=steps * k, episodes=episodes,
-                      mean_return=(return_sum / episodes if episodes
-                                   else float("nan")),
-                      env_seconds=env_s, learner_seconds=learner_s)
+  return ActorSummary(
+    steps=steps,
+    env_steps=steps * k,
+    episodes=episodes,
+    mean_return=(return_sum / episodes if episodes else float("nan")),
+    env_seconds=env_s,
+    learner_seconds=learner_s,
+  )
 
 
-def _write_stats(path: str, env_steps: int, seconds: float, env_s: float,
-                 learner_s: float) -> None:
+def _write_stats(
+  path: str, env_steps: int, seconds: float, env_s: float, learner_s: float
+) -> None:
   """Atomically writes throughput stats (read by benchmarks/throughput.py)."""
-  stats = {"env_steps": env_steps, "seconds": round(seconds, 3),
-           "env_s": round(env_s, 3), "learner_wait_s": round(learner_s, 3),
-           "cpu_s": round(time.process_time(), 3)}
+  stats = {
+    "env_steps": env_steps,
+    "seconds": round(seconds, 3),
+    "env_s": round(env_s, 3),
+    "learner_wait_s": round(learner_s, 3),
+    "cpu_s": round(time.process_time(), 3),
+  }
   tmp = f"{path}.tmp"
   with open(tmp, "w") as f:
     json.dump(stats, f)

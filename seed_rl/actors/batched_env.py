@@ -95,13 +95,18 @@ def spec_from_space(space: gym.Space, name: str) -> ArraySpec:
     return ArraySpec((), "int32", name, num_values=int(space.n))
   if isinstance(space, gym.spaces.Box):
     dtype = "uint8" if space.dtype == np.uint8 else "float32"
-    return ArraySpec(space.shape, dtype, name,
-                     minimum=_bound_or_none(space.low, dtype),
-                     maximum=_bound_or_none(space.high, dtype))
+    return ArraySpec(
+      space.shape,
+      dtype,
+      name,
+      minimum=_bound_or_none(space.low, dtype),
+      maximum=_bound_or_none(space.high, dtype),
+    )
   raise ValueError(
-      f"{name}: unsupported gymnasium space {space!r} "
-      f"({type(space).__name__}); supported spaces are {SUPPORTED_SPACES} "
-      "(flatten Dict/Tuple/MultiDiscrete spaces with a wrapper first)")
+    f"{name}: unsupported gymnasium space {space!r} "
+    f"({type(space).__name__}); supported spaces are {SUPPORTED_SPACES} "
+    "(flatten Dict/Tuple/MultiDiscrete spaces with a wrapper first)"
+  )
 
 
 def discrete_offset(space: gym.Space) -> int:
@@ -125,8 +130,9 @@ class EpisodeTracker:
     self._returns = np.zeros(num_envs, np.float64)
     self._lengths = np.zeros(num_envs, np.int64)
 
-  def update(self, reward: np.ndarray, terminated: np.ndarray,
-             truncated: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  def update(
+    self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+  ) -> Tuple[np.ndarray, np.ndarray]:
     """Accounts one step of all envs (each [K]).
 
     Returns:

@@ -28,8 +28,9 @@ def space_from_dm_spec(spec: Any, name: str) -> gym.Space:
   """
   if isinstance(spec, specs.StringArray) or not isinstance(spec, specs.Array):
     raise ValueError(
-        f"{name}: unsupported dm_env spec {spec!r}; supported are a single "
-        "Array, BoundedArray or DiscreteArray (not nested, not strings)")
+      f"{name}: unsupported dm_env spec {spec!r}; supported are a single "
+      "Array, BoundedArray or DiscreteArray (not nested, not strings)"
+    )
   dtype = np.dtype(spec.dtype)
   if isinstance(spec, specs.DiscreteArray):
     return gym.spaces.Discrete(int(spec.num_values))
@@ -38,9 +39,11 @@ def space_from_dm_spec(spec: Any, name: str) -> gym.Space:
       low, high = int(spec.minimum), int(spec.maximum)
       return gym.spaces.Discrete(high - low + 1, start=low)
     return gym.spaces.Box(
-        np.broadcast_to(spec.minimum, spec.shape).astype(dtype),
-        np.broadcast_to(spec.maximum, spec.shape).astype(dtype),
-        shape=spec.shape, dtype=dtype)
+      np.broadcast_to(spec.minimum, spec.shape).astype(dtype),
+      np.broadcast_to(spec.maximum, spec.shape).astype(dtype),
+      shape=spec.shape,
+      dtype=dtype,
+    )
   if np.issubdtype(dtype, np.floating):
     return gym.spaces.Box(-np.inf, np.inf, shape=spec.shape, dtype=dtype)
   if np.issubdtype(dtype, np.integer):
@@ -61,13 +64,15 @@ class DmEnvAdapter(gym.Env):
 
   def __init__(self, env: dm_env.Environment):
     if not isinstance(env, dm_env.Environment):
-      raise TypeError(f"DmEnvAdapter wraps a dm_env.Environment, got "
-                      f"{type(env).__name__}")
+      raise TypeError(
+        f"DmEnvAdapter wraps a dm_env.Environment, got {type(env).__name__}"
+      )
     self._env = env
     self._observation_spec = env.observation_spec()
     self._action_spec = env.action_spec()
-    self.observation_space = space_from_dm_spec(self._observation_spec,
-                                                "observation")
+    self.observation_space = space_from_dm_spec(
+      self._observation_spec, "observation"
+    )
     self.action_space = space_from_dm_spec(self._action_spec, "action")
     self._needs_reset = True
 
@@ -77,10 +82,12 @@ class DmEnvAdapter(gym.Env):
 
   def _observation(self, observation) -> np.ndarray:
     return np.asarray(observation, self.observation_space.dtype).reshape(
-        self.observation_space.shape)
+      self.observation_space.shape
+    )
 
-  def reset(self, *, seed: Optional[int] = None,
-            options: Optional[dict] = None):
+  def reset(
+    self, *, seed: Optional[int] = None, options: Optional[dict] = None
+  ):
     super().reset(seed=seed)
     del options
     timestep = self._env.reset()
@@ -89,10 +96,13 @@ class DmEnvAdapter(gym.Env):
 
   def step(self, action):
     if self._needs_reset:
-      raise RuntimeError("DmEnvAdapter.step called before reset() or after "
-                         "the episode ended; call reset() first")
+      raise RuntimeError(
+        "DmEnvAdapter.step called before reset() or after "
+        "the episode ended; call reset() first"
+      )
     action = np.asarray(action, self._action_spec.dtype).reshape(
-        self._action_spec.shape)
+      self._action_spec.shape
+    )
     timestep = self._env.step(action)
     reward = 0.0 if timestep.reward is None else float(timestep.reward)
     terminated = truncated = False
@@ -102,8 +112,13 @@ class DmEnvAdapter(gym.Env):
       terminated = discount == 0.0
       truncated = not terminated
     info = {"discount": timestep.discount}
-    return (self._observation(timestep.observation), reward, terminated,
-            truncated, info)
+    return (
+      self._observation(timestep.observation),
+      reward,
+      terminated,
+      truncated,
+      info,
+    )
 
   def close(self) -> None:
     self._env.close()

@@ -31,15 +31,19 @@ class EnvRunner:
 
   def __init__(self, env: gym.Env):
     self.env = env
-    self.observation_spec = spec_from_space(env.observation_space,
-                                            "observation")
+    self.observation_spec = spec_from_space(
+      env.observation_space, "observation"
+    )
     self.action_spec = spec_from_space(env.action_space, "action")
     self._obs_offset = discrete_offset(env.observation_space)
     self._action_offset = discrete_offset(env.action_space)
     self._action_dtype = env.action_space.dtype
     spec = self.action_spec
-    self._clip = (not spec.is_discrete and spec.minimum is not None
-                  and spec.maximum is not None)
+    self._clip = (
+      not spec.is_discrete
+      and spec.minimum is not None
+      and spec.maximum is not None
+    )
 
   def _observation(self, obs) -> np.ndarray:
     obs = np.asarray(obs)
@@ -51,8 +55,9 @@ class EnvRunner:
     obs, _ = self.env.reset(seed=seed)
     return self._observation(obs)
 
-  def step(self, action: np.ndarray
-           ) -> Tuple[np.ndarray, float, bool, bool, Optional[np.ndarray]]:
+  def step(
+    self, action: np.ndarray
+  ) -> Tuple[np.ndarray, float, bool, bool, Optional[np.ndarray]]:
     """Steps with `action` (one env's action, action-spec dtype).
 
     Returns:
@@ -66,8 +71,9 @@ class EnvRunner:
     else:
       env_action = np.asarray(action)
       if self._clip:
-        env_action = np.clip(env_action, self.action_spec.minimum,
-                             self.action_spec.maximum)
+        env_action = np.clip(
+          env_action, self.action_spec.minimum, self.action_spec.maximum
+        )
       env_action = env_action.astype(self._action_dtype, copy=False)
     obs, reward, terminated, truncated, _ = self.env.step(env_action)
     terminated = bool(terminated)
@@ -90,15 +96,20 @@ def check_same_specs(runners, what: str) -> Tuple[ArraySpec, ArraySpec]:
     for field in ("observation_spec", "action_spec"):
       if not specs_equal(getattr(first, field), getattr(runner, field)):
         raise ValueError(
-            f"{what}: env {index} has {field} {getattr(runner, field)}, env 0 "
-            f"has {getattr(first, field)}; all envs of an actor must match")
+          f"{what}: env {index} has {field} {getattr(runner, field)}, env 0 "
+          f"has {getattr(first, field)}; all envs of an actor must match"
+        )
   return first.observation_spec, first.action_spec
 
 
 def specs_equal(a: ArraySpec, b: ArraySpec) -> bool:
   """Field-wise ArraySpec equality (dataclass == fails on array bounds)."""
-  if (a.shape, a.dtype, a.name, a.num_values) != (b.shape, b.dtype, b.name,
-                                                   b.num_values):
+  if (a.shape, a.dtype, a.name, a.num_values) != (
+    b.shape,
+    b.dtype,
+    b.name,
+    b.num_values,
+  ):
     return False
   for field in ("minimum", "maximum"):
     x, y = getattr(a, field), getattr(b, field)

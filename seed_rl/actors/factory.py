@@ -24,18 +24,24 @@ def check_env_id(env_id: str) -> None:
   if ":" in env_id:
     module_name, _, attr = env_id.partition(":")
     if not module_name or not attr:
-      raise ValueError(f"env factory {env_id!r} must look like "
-                       "'package.module:callable'")
+      raise ValueError(
+        f"env factory {env_id!r} must look like 'package.module:callable'"
+      )
     return
   if env_id not in gym.registry:
-    matches = difflib.get_close_matches(env_id, list(gym.registry), n=8,
-                                        cutoff=0.5)
-    hint = (f"close matches: {matches}" if matches else
-            "no close match among gymnasium's registered ids")
+    matches = difflib.get_close_matches(
+      env_id, list(gym.registry), n=8, cutoff=0.5
+    )
+    hint = (
+      f"close matches: {matches}"
+      if matches
+      else "no close match among gymnasium's registered ids"
+    )
     raise ValueError(
-        f"unknown gymnasium env id {env_id!r} ({hint}); pass a registered id "
-        "or a 'package.module:callable' factory returning a gymnasium.Env or "
-        "a dm_env.Environment")
+      f"unknown gymnasium env id {env_id!r} ({hint}); pass a registered id "
+      "or a 'package.module:callable' factory returning a gymnasium.Env or "
+      "a dm_env.Environment"
+    )
 
 
 def _call_factory(spec: str, kwargs: Mapping[str, Any]) -> Any:
@@ -43,21 +49,26 @@ def _call_factory(spec: str, kwargs: Mapping[str, Any]) -> Any:
   try:
     module = importlib.import_module(module_name)
   except ImportError as e:
-    raise ValueError(f"env factory {spec!r}: cannot import module "
-                     f"{module_name!r}: {e}") from e
+    raise ValueError(
+      f"env factory {spec!r}: cannot import module {module_name!r}: {e}"
+    ) from e
   factory = module
   for part in attr.split("."):
     if not hasattr(factory, part):
-      raise ValueError(f"env factory {spec!r}: {module_name!r} has no "
-                       f"attribute {attr!r}")
+      raise ValueError(
+        f"env factory {spec!r}: {module_name!r} has no attribute {attr!r}"
+      )
     factory = getattr(factory, part)
   if not callable(factory):
     raise ValueError(f"env factory {spec!r} is not callable")
   return factory(**kwargs)
 
 
-def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None,
-                 env_kwargs: Optional[Mapping[str, Any]] = None) -> gym.Env:
+def make_gym_env(
+  env_id: str,
+  max_episode_steps: Optional[int] = None,
+  env_kwargs: Optional[Mapping[str, Any]] = None,
+) -> gym.Env:
   """Builds one env from a gymnasium id or a 'module:callable' factory.
 
   A factory may return a gymnasium.Env or a dm_env.Environment (wrapped in
@@ -71,8 +82,10 @@ def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None,
   if isinstance(env, dm_env.Environment):
     env = DmEnvAdapter(env)
   if not isinstance(env, gym.Env):
-    raise ValueError(f"env factory {env_id!r} returned {type(env).__name__}; "
-                     "expected a gymnasium.Env or a dm_env.Environment")
+    raise ValueError(
+      f"env factory {env_id!r} returned {type(env).__name__}; "
+      "expected a gymnasium.Env or a dm_env.Environment"
+    )
   if max_episode_steps is not None:
     env = gym.wrappers.TimeLimit(env, max_episode_steps)
   return env
@@ -87,14 +100,19 @@ class GymEnvFn:
   env_kwargs: Tuple[Tuple[str, Any], ...] = ()
 
   def __call__(self) -> gym.Env:
-    return make_gym_env(self.env_id, self.max_episode_steps,
-                        dict(self.env_kwargs))
+    return make_gym_env(
+      self.env_id, self.max_episode_steps, dict(self.env_kwargs)
+    )
 
 
-def make_batched_env(env_fn: EnvFn, num_envs: int, seed: int,
-                     parallel: str = "inline",
-                     num_workers: Optional[int] = None,
-                     start_method: str = "forkserver") -> BatchedEnv:
+def make_batched_env(
+  env_fn: EnvFn,
+  num_envs: int,
+  seed: int,
+  parallel: str = "inline",
+  num_workers: Optional[int] = None,
+  start_method: str = "forkserver",
+) -> BatchedEnv:
   """Batches `num_envs` envs from `env_fn`; env i is seeded with seed + i.
 
   Args:
@@ -110,6 +128,7 @@ def make_batched_env(env_fn: EnvFn, num_envs: int, seed: int,
   if parallel == "inline":
     return InlineBatchedEnv(env_fn, num_envs, seed)
   if parallel == "subprocess":
-    return SubprocessBatchedEnv(env_fn, num_envs, seed, num_workers,
-                                start_method)
+    return SubprocessBatchedEnv(
+      env_fn, num_envs, seed, num_workers, start_method
+    )
   raise ValueError(f"parallel={parallel!r}; choose one of {PARALLEL_KINDS}")

@@ -32,7 +32,8 @@ class InlineBatchedEnv(BatchedEnv):
       for _ in range(num_envs):
         self._runners.append(EnvRunner(env_fn()))
       self.observation_spec, self.action_spec = check_same_specs(
-          self._runners, "InlineBatchedEnv")
+        self._runners, "InlineBatchedEnv"
+      )
     except BaseException:
       self.close()
       raise
@@ -46,15 +47,17 @@ class InlineBatchedEnv(BatchedEnv):
 
   def step(self, actions: np.ndarray) -> StepResult:
     k = self.num_envs
-    obs = np.empty((k,) + self.observation_spec.shape,
-                   self.observation_spec.dtype)
+    obs = np.empty(
+      (k,) + self.observation_spec.shape, self.observation_spec.dtype
+    )
     reward = np.empty(k, np.float32)
     terminated = np.empty(k, bool)
     truncated = np.empty(k, bool)
     finals = []
     for i, runner in enumerate(self._runners):
       obs[i], reward[i], terminated[i], truncated[i], final = runner.step(
-          actions[i])
+        actions[i]
+      )
       if final is not None:
         finals.append(final)
     if finals:

@@ -47,35 +47,70 @@ class _Stopped(Exception):
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(
-      prog="python -m seed_rl.actors.main",
-      description="SEED RL actor: steps envs, the learner picks actions.")
-  parser.add_argument("--env", required=True, choices=sorted(registry.ENVS),
-                      help="environment domain")
-  parser.add_argument("--actor_id", type=int, required=True,
-                      help="I; this actor owns global env ids [I*K, (I+1)*K)")
+    prog="python -m seed_rl.actors.main",
+    description="SEED RL actor: steps envs, the learner picks actions.",
+  )
+  parser.add_argument(
+    "--env",
+    required=True,
+    choices=sorted(registry.ENVS),
+    help="environment domain",
+  )
+  parser.add_argument(
+    "--actor_id",
+    type=int,
+    required=True,
+    help="I; this actor owns global env ids [I*K, (I+1)*K)",
+  )
   parser.add_argument("--num_envs", type=int, default=1, help="K")
   parser.add_argument("--server_address", default="localhost:8686")
-  parser.add_argument("--tls_ca", default=None,
-                      help="PEM CA certificate that signed the learner's "
-                      "certificate: connect with TLS")
-  parser.add_argument("--tls_server_name", default=None,
-                      help="name in the learner's certificate, when it "
-                      "differs from the host in --server_address")
-  parser.add_argument("--token_file", default=None,
-                      help="file holding the learner's token (default: "
-                      "$SEED_RL_TOKEN)")
-  parser.add_argument("--seed", type=int, default=0,
-                      help="run seed; env i of actor I gets seed + I*K + i")
-  parser.add_argument("--gin_config", action="append", default=[],
-                      help="gin config file (repeatable)")
-  parser.add_argument("--gin_bindings", action="append", default=[],
-                      help="gin binding (repeatable)")
-  parser.add_argument("--max_steps", type=int, default=None,
-                      help="stop after this many batched steps")
+  parser.add_argument(
+    "--tls_ca",
+    default=None,
+    help="PEM CA certificate that signed the learner's "
+    "certificate: connect with TLS",
+  )
+  parser.add_argument(
+    "--tls_server_name",
+    default=None,
+    help="name in the learner's certificate, when it "
+    "differs from the host in --server_address",
+  )
+  parser.add_argument(
+    "--token_file",
+    default=None,
+    help="file holding the learner's token (default: $SEED_RL_TOKEN)",
+  )
+  parser.add_argument(
+    "--seed",
+    type=int,
+    default=0,
+    help="run seed; env i of actor I gets seed + I*K + i",
+  )
+  parser.add_argument(
+    "--gin_config",
+    action="append",
+    default=[],
+    help="gin config file (repeatable)",
+  )
+  parser.add_argument(
+    "--gin_bindings",
+    action="append",
+    default=[],
+    help="gin binding (repeatable)",
+  )
+  parser.add_argument(
+    "--max_steps",
+    type=int,
+    default=None,
+    help="stop after this many batched steps",
+  )
   parser.add_argument("--log_interval_s", type=float, default=30.0)
-  parser.add_argument("--stats_file", default=None,
-                      help="write throughput stats (JSON) here every "
-                      "--log_interval_s seconds")
+  parser.add_argument(
+    "--stats_file",
+    default=None,
+    help="write throughput stats (JSON) here every --log_interval_s seconds",
+  )
   args = parser.parse_args(argv)
   if args.num_envs < 1:
     parser.error(f"--num_envs must be >= 1, got {args.num_envs}")
@@ -86,23 +121,27 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> int:
   args = parse_args(argv)
-  logging.basicConfig(level=logging.INFO,
-                      format="%(asctime)s actor %(process)d %(message)s")
+  logging.basicConfig(
+    level=logging.INFO, format="%(asctime)s actor %(process)d %(message)s"
+  )
   try:
     client_security = security.ClientSecurity(
-        args.tls_ca, security.read_token(args.token_file),
-        args.tls_server_name)
+      args.tls_ca, security.read_token(args.token_file), args.tls_server_name
+    )
   except ValueError as e:
     print(f"actor {args.actor_id}: {e}", file=sys.stderr)
     return EXIT_PROTOCOL_ERROR
   # The domain's module registers its gin configurables before parsing;
   # the registry is the learner's, so a domain added there works here too.
   create_environment = registry.env_module(args.env).create_environment
-  gin.parse_config_files_and_bindings(args.gin_config, args.gin_bindings,
-                                      skip_unknown=True)
+  gin.parse_config_files_and_bindings(
+    args.gin_config, args.gin_bindings, skip_unknown=True
+  )
   if "tensorflow" in sys.modules:
-    logging.warning("a gin config imported tensorflow into the actor; keep "
-                    "agent imports out of configs that actors parse")
+    logging.warning(
+      "a gin config imported tensorflow into the actor; keep "
+      "agent imports out of configs that actors parse"
+    )
   stop_event = threading.Event()
 
   def on_signal(signum, frame):
@@ -111,34 +150,48 @@ def main(argv: Optional[List[str]] = None) -> int:
       stop_event.set()
       raise _Stopped(signal.Signals(signum).name)
 
-  previous = {s: signal.signal(s, on_signal)
-              for s in (signal.SIGTERM, signal.SIGINT)}
+  previous = {
+    s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)
+  }
   try:
-    summary = run_actor(args.server_address, args.actor_id, args.num_envs,
-                        create_environment, args.seed,
-                        max_steps=args.max_steps, stop_event=stop_event,
-                        client_factory=functools.partial(
-                            ActorClient, security=client_security),
-                        log_interval_s=args.log_interval_s,
-                        stats_path=args.stats_file)
+    summary = run_actor(
+      args.server_address,
+      args.actor_id,
+      args.num_envs,
+      create_environment,
+      args.seed,
+      max_steps=args.max_steps,
+      stop_event=stop_event,
+      client_factory=functools.partial(ActorClient, security=client_security),
+      log_interval_s=args.log_interval_s,
+      stats_path=args.stats_file,
+    )
     logging.info("actor %d done: %s", args.actor_id, summary)
   except _Stopped as e:
     logging.info("actor %d stopped by %s; envs closed", args.actor_id, e)
   except AuthenticationError as e:
-    print(f"actor {args.actor_id}: the learner refused this actor's token: "
-          f"{e}", file=sys.stderr)
+    print(
+      f"actor {args.actor_id}: the learner refused this actor's token: {e}",
+      file=sys.stderr,
+    )
     return EXIT_PROTOCOL_ERROR
   except SpecMismatchError as e:
-    print(f"actor {args.actor_id}: the learner rejected this actor's specs: "
-          f"{e}", file=sys.stderr)
+    print(
+      f"actor {args.actor_id}: the learner rejected this actor's specs: {e}",
+      file=sys.stderr,
+    )
     return EXIT_PROTOCOL_ERROR
   except ProtocolError as e:
-    print(f"actor {args.actor_id}: protocol error from the learner: {e}",
-          file=sys.stderr)
+    print(
+      f"actor {args.actor_id}: protocol error from the learner: {e}",
+      file=sys.stderr,
+    )
     return EXIT_PROTOCOL_ERROR
   except (LearnerUnavailableError, LearnerError) as e:
-    print(f"actor {args.actor_id}: learner at {args.server_address} failed: "
-          f"{e}", file=sys.stderr)
+    print(
+      f"actor {args.actor_id}: learner at {args.server_address} failed: {e}",
+      file=sys.stderr,
+    )
     return EXIT_PROTOCOL_ERROR
   except EnvWorkerError as e:
     print(f"actor {args.actor_id}: environment failed: {e}", file=sys.stderr)

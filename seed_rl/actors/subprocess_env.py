@@ -52,28 +52,39 @@ class EnvWorkerError(RuntimeError):
 
 
 def _spec_to_json(spec: ArraySpec) -> dict:
-  bounds = {f: None if getattr(spec, f) is None else getattr(spec, f).tolist()
-            for f in ("minimum", "maximum")}
-  return dict(shape=list(spec.shape), dtype=spec.dtype, name=spec.name,
-              num_values=spec.num_values, **bounds)
+  bounds = {
+    f: None if getattr(spec, f) is None else getattr(spec, f).tolist()
+    for f in ("minimum", "maximum")
+  }
+  return dict(
+    shape=list(spec.shape),
+    dtype=spec.dtype,
+    name=spec.name,
+    num_values=spec.num_values,
+    **bounds,
+  )
 
 
 def _spec_from_json(data: dict) -> ArraySpec:
   return ArraySpec(**data)
 
 
-def _layout(num_envs: int, observation_spec: ArraySpec,
-            action_spec: ArraySpec) -> Tuple[Dict[str, tuple], int]:
+def _layout(
+  num_envs: int, observation_spec: ArraySpec, action_spec: ArraySpec
+) -> Tuple[Dict[str, tuple], int]:
   """name -> (offset, shape, dtype) of each shared array, and total bytes."""
   k = num_envs
   arrays = [
-      ("observation", (k,) + observation_spec.shape, observation_spec.dtype),
-      ("final_observation", (k,) + observation_spec.shape,
-       observation_spec.dtype),
-      ("reward", (k,), "float32"),
-      ("terminated", (k,), "bool"),
-      ("truncated", (k,), "bool"),
-      ("action", (k,) + action_spec.shape, action_spec.dtype),
+    ("observation", (k,) + observation_spec.shape, observation_spec.dtype),
+    (
+      "final_observation",
+      (k,) + observation_spec.shape,
+      observation_spec.dtype,
+    ),
+    ("reward", (k,), "float32"),
+    ("terminated", (k,), "bool"),
+    ("truncated", (k,), "bool"),
+    ("action", (k,) + action_spec.shape, action_spec.dtype),
   ]
   layout, offset = {}, 0
   for name, shape, dtype in arrays:
@@ -84,29 +95,37 @@ def _layout(num_envs: int, observation_spec: ArraySpec,
 
 
 def _views(buffer, layout) -> Dict[str, np.ndarray]:
-  return {name: np.ndarray(shape, dtype, buffer=buffer, offset=offset)
-          for name, (offset, shape, dtype) in layout.items()}
+  return {
+    name: np.ndarray(shape, dtype, buffer=buffer, offset=offset)
+    for name, (offset, shape, dtype) in layout.items()
+  }
 
 
 def _die_with_parent() -> None:
   if sys.platform.startswith("linux"):
     try:
       import ctypes  # pylint: disable=g-import-not-at-top
+
       pr_set_pdeathsig = 1
-      ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig,
-                                              int(signal.SIGKILL))
+      ctypes.CDLL(None, use_errno=True).prctl(
+        pr_set_pdeathsig, int(signal.SIGKILL)
+      )
     except (OSError, AttributeError):
       pass  # best effort: pipe EOF still ends the worker
 
 
 def _error_message(index: int, phase: str) -> bytes:
-  payload = {"index": index, "phase": phase,
-             "traceback": traceback.format_exc()}
+  payload = {
+    "index": index,
+    "phase": phase,
+    "traceback": traceback.format_exc(),
+  }
   return _ERROR + json.dumps(payload).encode()
 
 
-def _worker_main(conn, env_fn: EnvFn, first_index: int, seeds: List[int],
-                 num_envs: int) -> None:
+def _worker_main(
+  conn, env_fn: EnvFn, first_index: int, seeds: List[int], num_envs: int
+) -> None:
   """Worker process: owns envs [first_index, first_index + len(seeds))."""
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   _die_with_parent()
@@ -115,16 +134,22 @@ def _worker_main(conn, env_fn: EnvFn, first_index: int, seeds: List[int],
   index = first_index
   try:
     try:
-      for index in range(first_index, first_index + len(seeds)):
+      # `index` names the failing env in the error below.
+      for index in range(first_index, first_index + len(seeds)):  # noqa: B007
         runners.append(EnvRunner(env_fn()))
       check_same_specs(runners, f"worker envs {first_index}+")
     except Exception:  # pylint: disable=broad-except
       conn.send_bytes(_error_message(index, "construction"))
       return
-    conn.send_bytes(_OK + json.dumps({
-        "observation_spec": _spec_to_json(runners[0].observation_spec),
-        "action_spec": _spec_to_json(runners[0].action_spec),
-    }).encode())
+    conn.send_bytes(
+      _OK
+      + json.dumps(
+        {
+          "observation_spec": _spec_to_json(runners[0].observation_spec),
+          "action_spec": _spec_to_json(runners[0].action_spec),
+        }
+      ).encode()
+    )
     try:
       message = conn.recv_bytes()
     except EOFError:
@@ -132,8 +157,9 @@ def _worker_main(conn, env_fn: EnvFn, first_index: int, seeds: List[int],
     if message == _CLOSE:  # another worker failed to build its envs
       return
     shm_name = message.decode()
-    layout, _ = _layout(num_envs, runners[0].observation_spec,
-                        runners[0].action_spec)
+    layout, _ = _layout(
+      num_envs, runners[0].observation_spec, runners[0].action_spec
+    )
     shm = shared_memory.SharedMemory(name=shm_name)
     _serve(conn, runners, _views(shm.buf, layout), first_index, seeds)
   finally:
@@ -146,8 +172,13 @@ def _worker_main(conn, env_fn: EnvFn, first_index: int, seeds: List[int],
       shm.close()  # _serve returned, so no array views are left
 
 
-def _serve(conn, runners: List[EnvRunner], arrays: Dict[str, np.ndarray],
-           first_index: int, seeds: List[int]) -> None:
+def _serve(
+  conn,
+  runners: List[EnvRunner],
+  arrays: Dict[str, np.ndarray],
+  first_index: int,
+  seeds: List[int],
+) -> None:
   """Answers parent commands until close or pipe EOF."""
   lo, hi = first_index, first_index + len(runners)
   obs, final = arrays["observation"], arrays["final_observation"]
@@ -166,14 +197,20 @@ def _serve(conn, runners: List[EnvRunner], arrays: Dict[str, np.ndarray],
     try:
       if command == _STEP:
         for index in range(lo, hi):
-          (obs[index], reward[index], terminated[index], truncated[index],
-           final_obs) = runners[index - lo].step(action[index])
+          (
+            obs[index],
+            reward[index],
+            terminated[index],
+            truncated[index],
+            final_obs,
+          ) = runners[index - lo].step(action[index])
           if final_obs is not None:
             final[index] = final_obs
       elif command == _RESET:
         for index in range(lo, hi):
           obs[index] = runners[index - lo].reset(
-              None if seeded else seeds[index - lo])
+            None if seeded else seeds[index - lo]
+          )
         seeded = True
       else:
         raise ValueError(f"unknown worker command {command!r}")
@@ -190,21 +227,29 @@ class SubprocessBatchedEnv(BatchedEnv):
   min(num_envs, cpu count); worker w owns a contiguous slice of envs.
   """
 
-  def __init__(self, env_fn: EnvFn, num_envs: int, seed: int,
-               num_workers: Optional[int] = None,
-               start_method: str = "forkserver"):
+  def __init__(
+    self,
+    env_fn: EnvFn,
+    num_envs: int,
+    seed: int,
+    num_workers: Optional[int] = None,
+    start_method: str = "forkserver",
+  ):
     if num_envs < 1:
       raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if num_workers is None:
       num_workers = min(num_envs, multiprocessing.cpu_count())
     if not 1 <= num_workers <= num_envs:
-      raise ValueError(f"num_workers must be in [1, num_envs={num_envs}], got "
-                       f"{num_workers}")
+      raise ValueError(
+        f"num_workers must be in [1, num_envs={num_envs}], got {num_workers}"
+      )
     methods = multiprocessing.get_all_start_methods()
     if start_method not in methods:
-      raise ValueError(f"start_method {start_method!r} is not available here; "
-                       f"choose one of {methods} ('fork' is unsafe once the "
-                       "actor runs gRPC threads)")
+      raise ValueError(
+        f"start_method {start_method!r} is not available here; "
+        f"choose one of {methods} ('fork' is unsafe once the "
+        "actor runs gRPC threads)"
+      )
     self.num_envs = num_envs
     context = multiprocessing.get_context(start_method)
     self._slices = np.array_split(np.arange(num_envs), num_workers)
@@ -212,16 +257,24 @@ class SubprocessBatchedEnv(BatchedEnv):
     self._processes: List[multiprocessing.process.BaseProcess] = []
     self._shm: Optional[shared_memory.SharedMemory] = None
     self._arrays: Optional[Dict[str, np.ndarray]] = None
-    self._finalizer = weakref.finalize(self, _shutdown, self._conns,
-                                       self._processes, [])
+    self._finalizer = weakref.finalize(
+      self, _shutdown, self._conns, self._processes, []
+    )
     try:
       for worker, env_indices in enumerate(self._slices):
         parent_conn, child_conn = context.Pipe()
         process = context.Process(
-            target=_worker_main, name=f"seed_rl-env-worker-{worker}",
-            args=(child_conn, env_fn, int(env_indices[0]),
-                  [seed + int(i) for i in env_indices], num_envs),
-            daemon=True)
+          target=_worker_main,
+          name=f"seed_rl-env-worker-{worker}",
+          args=(
+            child_conn,
+            env_fn,
+            int(env_indices[0]),
+            [seed + int(i) for i in env_indices],
+            num_envs,
+          ),
+          daemon=True,
+        )
         process.start()
         child_conn.close()  # so that the worker's death reads as EOF here
         self._conns.append(parent_conn)
@@ -229,20 +282,28 @@ class SubprocessBatchedEnv(BatchedEnv):
       specs = []
       for worker in range(num_workers):
         data = json.loads(self._receive(worker))
-        specs.append((_spec_from_json(data["observation_spec"]),
-                      _spec_from_json(data["action_spec"])))
+        specs.append(
+          (
+            _spec_from_json(data["observation_spec"]),
+            _spec_from_json(data["action_spec"]),
+          )
+        )
       self.observation_spec, self.action_spec = specs[0]
       for worker, (obs_spec, act_spec) in enumerate(specs):
-        if not (specs_equal(obs_spec, self.observation_spec) and
-                specs_equal(act_spec, self.action_spec)):
+        if not (
+          specs_equal(obs_spec, self.observation_spec)
+          and specs_equal(act_spec, self.action_spec)
+        ):
           raise ValueError(
-              f"SubprocessBatchedEnv: envs of worker {worker} have specs "
-              f"{obs_spec}, {act_spec}; worker 0 has {specs[0]}")
+            f"SubprocessBatchedEnv: envs of worker {worker} have specs "
+            f"{obs_spec}, {act_spec}; worker 0 has {specs[0]}"
+          )
       layout, size = _layout(num_envs, self.observation_spec, self.action_spec)
       self._shm = shared_memory.SharedMemory(create=True, size=size)
       self._finalizer.detach()
-      self._finalizer = weakref.finalize(self, _shutdown, self._conns,
-                                         self._processes, [self._shm])
+      self._finalizer = weakref.finalize(
+        self, _shutdown, self._conns, self._processes, [self._shm]
+      )
       self._arrays = _views(self._shm.buf, layout)
       for conn in self._conns:
         conn.send_bytes(self._shm.name.encode())
@@ -264,15 +325,17 @@ class SubprocessBatchedEnv(BatchedEnv):
       process.join(_JOIN_TIMEOUT_S)
       self.close()
       raise EnvWorkerError(
-          f"env worker {worker} (envs {envs[0]}..{envs[-1]}) died with exit "
-          f"code {process.exitcode}") from None
+        f"env worker {worker} (envs {envs[0]}..{envs[-1]}) died with exit "
+        f"code {process.exitcode}"
+      ) from None
     if message[:1] == _ERROR:
       error = json.loads(message[1:])
       self.close()
       raise EnvWorkerError(
-          f"env {error['index']} (worker {worker}) raised during "
-          f"{error['phase']}:\n"
-          f"{error['traceback']}")
+        f"env {error['index']} (worker {worker}) raised during "
+        f"{error['phase']}:\n"
+        f"{error['traceback']}"
+      )
     return message[1:]
 
   def _command(self, command: bytes) -> None:
@@ -298,11 +361,12 @@ class SubprocessBatchedEnv(BatchedEnv):
     arrays = self._arrays
     truncated = arrays["truncated"].copy()
     return StepResult(
-        observation=arrays["observation"].copy(),
-        reward=arrays["reward"].copy(),
-        terminated=arrays["terminated"].copy(),
-        truncated=truncated,
-        final_observation=arrays["final_observation"][truncated])
+      observation=arrays["observation"].copy(),
+      reward=arrays["reward"].copy(),
+      terminated=arrays["terminated"].copy(),
+      truncated=truncated,
+      final_observation=arrays["final_observation"][truncated],
+    )
 
   def close(self) -> None:
     self._arrays = None  # views must go before the shared block can close

@@ -36,13 +36,15 @@ def check_game(game: str) -> None:
   """Raises ValueError naming close matches unless `game` is an ALE ROM."""
   valid = roms.get_all_rom_ids()
   if game not in valid:
-    snake = "".join("_" + c.lower() if c.isupper() else c
-                    for c in game).lstrip("_")
+    snake = "".join("_" + c.lower() if c.isupper() else c for c in game).lstrip(
+      "_"
+    )
     matches = difflib.get_close_matches(snake, valid, n=5, cutoff=0.6)
     raise ValueError(
-        f"unknown Atari game {game!r}; ALE game names are snake_case "
-        f"(close matches: {matches or 'none'}); valid games: "
-        f"{', '.join(valid)}")
+      f"unknown Atari game {game!r}; ALE game names are snake_case "
+      f"(close matches: {matches or 'none'}); valid games: "
+      f"{', '.join(valid)}"
+    )
 
 
 class AtariBatchedEnv(BatchedEnv):
@@ -54,34 +56,53 @@ class AtariBatchedEnv(BatchedEnv):
   Env i is seeded with `seed + i` on the first reset.
   """
 
-  def __init__(self, game: str, num_envs: int, seed: int,
-               num_threads: Optional[int] = None, noop_max: int = 30,
-               repeat_action_probability: float = 0.0,
-               max_num_frames_per_episode: int = 108_000,
-               use_fire_reset: bool = False):
+  def __init__(
+    self,
+    game: str,
+    num_envs: int,
+    seed: int,
+    num_threads: Optional[int] = None,
+    noop_max: int = 30,
+    repeat_action_probability: float = 0.0,
+    max_num_frames_per_episode: int = 108_000,
+    use_fire_reset: bool = False,
+  ):
     check_game(game)
     if num_envs < 1:
       raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if not 0.0 <= repeat_action_probability <= 1.0:
-      raise ValueError("repeat_action_probability must be in [0, 1], got "
-                       f"{repeat_action_probability}")
+      raise ValueError(
+        "repeat_action_probability must be in [0, 1], got "
+        f"{repeat_action_probability}"
+      )
     if num_threads is None:
       num_threads = min(num_envs, os.cpu_count() or 1)
     self.num_envs = num_envs
     self._seed = seed
     self._seeded = False
     self._env = ale_py.AtariVectorEnv(
-        game, num_envs, num_threads=num_threads, stack_num=1,
-        img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
-        frameskip=4, maxpool=True, noop_max=noop_max,
-        repeat_action_probability=repeat_action_probability,
-        max_num_frames_per_episode=max_num_frames_per_episode,
-        full_action_space=False, episodic_life=False, reward_clipping=False,
-        use_fire_reset=use_fire_reset, autoreset_mode=AutoresetMode.SAME_STEP)
-    self.observation_spec = ArraySpec(FRAME_SHAPE, "uint8", "observation",
-                                      minimum=0, maximum=255)
-    self.action_spec = spec_from_space(self._env.single_action_space,
-                                       "action")
+      game,
+      num_envs,
+      num_threads=num_threads,
+      stack_num=1,
+      img_height=FRAME_SHAPE[0],
+      img_width=FRAME_SHAPE[1],
+      grayscale=True,
+      frameskip=4,
+      maxpool=True,
+      noop_max=noop_max,
+      repeat_action_probability=repeat_action_probability,
+      max_num_frames_per_episode=max_num_frames_per_episode,
+      full_action_space=False,
+      episodic_life=False,
+      reward_clipping=False,
+      use_fire_reset=use_fire_reset,
+      autoreset_mode=AutoresetMode.SAME_STEP,
+    )
+    self.observation_spec = ArraySpec(
+      FRAME_SHAPE, "uint8", "observation", minimum=0, maximum=255
+    )
+    self.action_spec = spec_from_space(self._env.single_action_space, "action")
 
   def _frames(self, stacked: np.ndarray) -> np.ndarray:
     # [N, stack_num=1, 84, 84] -> [N, 84, 84]
@@ -94,15 +115,17 @@ class AtariBatchedEnv(BatchedEnv):
 
   def step(self, actions: np.ndarray) -> StepResult:
     obs, reward, terminated, truncated, info = self._env.step(
-        np.asarray(actions, np.int32))
+      np.asarray(actions, np.int32)
+    )
     terminated = np.asarray(terminated, bool)
     truncated = np.logical_and(truncated, np.logical_not(terminated))
     if truncated.any():
       final = self._frames(info["final_obs"][truncated])
     else:
       final = np.zeros((0,) + FRAME_SHAPE, np.uint8)
-    return StepResult(self._frames(obs), reward.astype(np.float32),
-                      terminated, truncated, final)
+    return StepResult(
+      self._frames(obs), reward.astype(np.float32), terminated, truncated, final
+    )
 
   def close(self) -> None:
     if self._env is not None:
@@ -111,11 +134,16 @@ class AtariBatchedEnv(BatchedEnv):
 
 
 @gin.configurable("atari.create_environment")
-def create_environment(num_envs: int, seed: int, game: str = "pong",
-                       num_threads: Optional[int] = None, noop_max: int = 30,
-                       repeat_action_probability: float = 0.0,
-                       max_num_frames_per_episode: int = 108_000,
-                       use_fire_reset: bool = False) -> BatchedEnv:
+def create_environment(
+  num_envs: int,
+  seed: int,
+  game: str = "pong",
+  num_threads: Optional[int] = None,
+  noop_max: int = 30,
+  repeat_action_probability: float = 0.0,
+  max_num_frames_per_episode: int = 108_000,
+  use_fire_reset: bool = False,
+) -> BatchedEnv:
   """K Atari envs of `game` (observation [84, 84] uint8, Discrete actions).
 
   Args:
@@ -134,6 +162,13 @@ def create_environment(num_envs: int, seed: int, game: str = "pong",
       30 minutes of play), reported as truncation.
     use_fire_reset: press FIRE after resets (off, as in SEED RL).
   """
-  return AtariBatchedEnv(game, num_envs, seed, num_threads, noop_max,
-                         repeat_action_probability,
-                         max_num_frames_per_episode, use_fire_reset)
+  return AtariBatchedEnv(
+    game,
+    num_envs,
+    seed,
+    num_threads,
+    noop_max,
+    repeat_action_probability,
+    max_num_frames_per_episode,
+    use_fire_reset,
+  )

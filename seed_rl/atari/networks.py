@@ -65,10 +65,12 @@ class ResidualBlock(keras.layers.Layer):
 
   def __init__(self, channels: int, **kwargs):
     super().__init__(**kwargs)
-    self.conv0 = keras.layers.Conv2D(channels, 3, padding="same",
-                                     dtype=self.dtype_policy)
-    self.conv1 = keras.layers.Conv2D(channels, 3, padding="same",
-                                     dtype=self.dtype_policy)
+    self.conv0 = keras.layers.Conv2D(
+      channels, 3, padding="same", dtype=self.dtype_policy
+    )
+    self.conv1 = keras.layers.Conv2D(
+      channels, 3, padding="same", dtype=self.dtype_policy
+    )
 
   def call(self, x):
     out = self.conv0(keras.ops.relu(x))
@@ -89,24 +91,36 @@ class AtariTorso(keras.layers.Layer):
   float32. Checkpoints are the same in either dtype.
   """
 
-  def __init__(self, kind: str = "impala",
-               impala_channels: Sequence[int] = (16, 32, 32),
-               dense_size: int = 256, compute_dtype: str = "float32",
-               kernel_init: str = "orthogonal", **kwargs):
+  def __init__(
+    self,
+    kind: str = "impala",
+    impala_channels: Sequence[int] = (16, 32, 32),
+    dense_size: int = 256,
+    compute_dtype: str = "float32",
+    kernel_init: str = "orthogonal",
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     if kind not in _KINDS:
-      raise ValueError(f"atari_torso: kind {kind!r} is unknown; allowed: "
-                       f"{', '.join(_KINDS)}")
+      raise ValueError(
+        f"atari_torso: kind {kind!r} is unknown; allowed: {', '.join(_KINDS)}"
+      )
     if compute_dtype not in _COMPUTE_DTYPES:
-      raise ValueError(f"atari_torso: compute_dtype {compute_dtype!r} is "
-                       f"unknown; allowed: {', '.join(_COMPUTE_DTYPES)}, "
-                       "auto")
+      raise ValueError(
+        f"atari_torso: compute_dtype {compute_dtype!r} is "
+        f"unknown; allowed: {', '.join(_COMPUTE_DTYPES)}, "
+        "auto"
+      )
     if dense_size < 1:
-      raise ValueError(f"atari_torso: dense_size must be positive, got "
-                       f"{dense_size}")
+      raise ValueError(
+        f"atari_torso: dense_size must be positive, got {dense_size}"
+      )
     if kernel_init not in _KERNEL_INITS:
-      raise ValueError(f"atari_torso: kernel_init {kernel_init!r} is unknown; "
-                       f"allowed: {', '.join(_KERNEL_INITS)}")
+      raise ValueError(
+        f"atari_torso: kernel_init {kernel_init!r} is unknown; "
+        f"allowed: {', '.join(_KERNEL_INITS)}"
+      )
+
     # Orthogonal with gain sqrt(2) (the ReLU gain), as OpenAI Baselines and
     # CleanRL initialise their Atari torsos; Keras' glorot_uniform gives
     # ReLU features about half that scale at every layer.
@@ -114,6 +128,7 @@ class AtariTorso(keras.layers.Layer):
       if kernel_init == "orthogonal":
         return keras.initializers.Orthogonal(gain=math.sqrt(2.0))
       return "glorot_uniform"
+
     self.kind = kind
     self.feature_dtype = compute_dtype
     policy = _COMPUTE_DTYPES[compute_dtype]
@@ -121,30 +136,36 @@ class AtariTorso(keras.layers.Layer):
     # Frames arrive as uint8 0..255; the first conv sees them scaled to
     # [0, 1] (see ScaledInputConv2D), later ones see features.
     conv = lambda *a, **kw: (
-        keras.layers.Conv2D(*a, dtype=policy, kernel_initializer=init(), **kw)
-        if layers else
-        ScaledInputConv2D(*a, dtype=policy, input_scale=1 / 255,
-                          kernel_initializer=init(), **kw))
+      keras.layers.Conv2D(*a, dtype=policy, kernel_initializer=init(), **kw)
+      if layers
+      else ScaledInputConv2D(
+        *a, dtype=policy, input_scale=1 / 255, kernel_initializer=init(), **kw
+      )
+    )
     if kind == "nature":
       for filters, size, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
         layers.append(conv(filters, size, strides=stride, activation="relu"))
     else:
       channels = tuple(int(c) for c in impala_channels)
       if not channels or any(c < 1 for c in channels):
-        raise ValueError(f"atari_torso: impala_channels must be positive "
-                         f"channel counts, got {impala_channels}")
+        raise ValueError(
+          f"atari_torso: impala_channels must be positive "
+          f"channel counts, got {impala_channels}"
+        )
       for c in channels:
         layers.append(conv(c, 3, padding="same"))
-        layers.append(keras.layers.MaxPooling2D(3, strides=2, padding="same",
-                                                dtype=policy))
+        layers.append(
+          keras.layers.MaxPooling2D(3, strides=2, padding="same", dtype=policy)
+        )
         layers.append(ResidualBlock(c, dtype=policy))
         layers.append(ResidualBlock(c, dtype=policy))
     # A Sequential, not a Python list: tf.train.Checkpoint does not follow
     # lists held by Keras 3 layers, so a network no optimizer references
     # (a target network) would restore without its conv weights.
     self.conv_stack = keras.Sequential(layers, name="conv_stack")
-    self.dense = keras.layers.Dense(dense_size, activation="relu",
-                                    dtype=policy, kernel_initializer=init())
+    self.dense = keras.layers.Dense(
+      dense_size, activation="relu", dtype=policy, kernel_initializer=init()
+    )
 
   @property
   def conv_layers(self):
@@ -162,11 +183,13 @@ class AtariTorso(keras.layers.Layer):
 
 
 @gin.configurable
-def atari_torso(kind: str = "impala",
-                dense_size: Optional[int] = None,
-                impala_channels: Sequence[int] = (16, 32, 32),
-                compute_dtype: str = "float32",
-                kernel_init: str = "orthogonal") -> keras.layers.Layer:
+def atari_torso(
+  kind: str = "impala",
+  dense_size: Optional[int] = None,
+  impala_channels: Sequence[int] = (16, 32, 32),
+  compute_dtype: str = "float32",
+  kernel_init: str = "orthogonal",
+) -> keras.layers.Layer:
   """Builds an Atari torso.
 
   dense_size defaults to 256 for 'impala' and 512 for 'nature'.
@@ -177,8 +200,11 @@ def atari_torso(kind: str = "impala",
   """
   if dense_size is None:
     dense_size = 512 if kind == "nature" else 256
-  return AtariTorso(kind=kind, impala_channels=impala_channels,
-                    dense_size=dense_size,
-                    compute_dtype=resolve_compute_dtype(compute_dtype),
-                    kernel_init=kernel_init,
-                    name=f"atari_torso_{kind}")
+  return AtariTorso(
+    kind=kind,
+    impala_channels=impala_channels,
+    dense_size=dense_size,
+    compute_dtype=resolve_compute_dtype(compute_dtype),
+    kernel_init=kernel_init,
+    name=f"atari_torso_{kind}",
+  )

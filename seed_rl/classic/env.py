@@ -17,13 +17,16 @@ from seed_rl.actors.factory import make_batched_env
 
 
 @gin.configurable("classic.create_environment")
-def create_environment(num_envs: int, seed: int,
-                       env_id: str = "CartPole-v1",
-                       max_episode_steps: Optional[int] = None,
-                       env_kwargs: Optional[Mapping[str, Any]] = None,
-                       parallel: str = "inline",
-                       num_workers: Optional[int] = None,
-                       start_method: str = "forkserver") -> BatchedEnv:
+def create_environment(
+  num_envs: int,
+  seed: int,
+  env_id: str = "CartPole-v1",
+  max_episode_steps: Optional[int] = None,
+  env_kwargs: Optional[Mapping[str, Any]] = None,
+  parallel: str = "inline",
+  num_workers: Optional[int] = None,
+  start_method: str = "forkserver",
+) -> BatchedEnv:
   """K envs of one gymnasium id or 'module:callable' factory.
 
   Args:
@@ -41,19 +44,34 @@ def create_environment(num_envs: int, seed: int,
   Returns:
     A BatchedEnv with SEED autoreset semantics.
   """
-  return gym_batched_env(num_envs, seed, env_id, max_episode_steps,
-                         env_kwargs, parallel, num_workers, start_method)
+  return gym_batched_env(
+    num_envs,
+    seed,
+    env_id,
+    max_episode_steps,
+    env_kwargs,
+    parallel,
+    num_workers,
+    start_method,
+  )
 
 
-def gym_batched_env(num_envs: int, seed: int, env_id: str,
-                    max_episode_steps: Optional[int],
-                    env_kwargs: Optional[Mapping[str, Any]], parallel: str,
-                    num_workers: Optional[int],
-                    start_method: str) -> BatchedEnv:
+def gym_batched_env(
+  num_envs: int,
+  seed: int,
+  env_id: str,
+  max_episode_steps: Optional[int],
+  env_kwargs: Optional[Mapping[str, Any]],
+  parallel: str,
+  num_workers: Optional[int],
+  start_method: str,
+) -> BatchedEnv:
   """The body of every gymnasium-backed domain factory (not gin-bound, so
   one domain's bindings never leak into another's)."""
   check_env_id(env_id)
-  env_fn = GymEnvFn(env_id, max_episode_steps,
-                    tuple(sorted((env_kwargs or {}).items())))
-  return make_batched_env(env_fn, num_envs, seed, parallel, num_workers,
-                          start_method)
+  env_fn = GymEnvFn(
+    env_id, max_episode_steps, tuple(sorted((env_kwargs or {}).items()))
+  )
+  return make_batched_env(
+    env_fn, num_envs, seed, parallel, num_workers, start_method
+  )

@@ -22,8 +22,9 @@ class FlattenFloat(keras.layers.Layer):
 
 
 @gin.configurable
-def mlp_torso(hidden_sizes: Sequence[int] = (64, 64),
-              activation: str = "tanh") -> keras.layers.Layer:
+def mlp_torso(
+  hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh"
+) -> keras.layers.Layer:
   """An MLP mapping observations [B, *obs] to features [B, hidden_sizes[-1]].
 
   Observations are flattened and cast to float32 first, so any numeric
@@ -31,15 +32,22 @@ def mlp_torso(hidden_sizes: Sequence[int] = (64, 64),
   """
   hidden_sizes = tuple(int(size) for size in hidden_sizes)
   if not hidden_sizes or any(size < 1 for size in hidden_sizes):
-    raise ValueError(f"mlp_torso: hidden_sizes must be a non-empty list of "
-                     f"positive layer widths, got {hidden_sizes}")
+    raise ValueError(
+      f"mlp_torso: hidden_sizes must be a non-empty list of "
+      f"positive layer widths, got {hidden_sizes}"
+    )
   if activation not in _ACTIVATIONS:
-    raise ValueError(f"mlp_torso: activation {activation!r} is unknown; "
-                     f"allowed: {', '.join(_ACTIVATIONS)}")
+    raise ValueError(
+      f"mlp_torso: activation {activation!r} is unknown; "
+      f"allowed: {', '.join(_ACTIVATIONS)}"
+    )
   layers = [FlattenFloat()]
   for size in hidden_sizes:
     layers.append(
-        keras.layers.Dense(
-            size, activation=activation,
-            kernel_initializer=keras.initializers.Orthogonal(gain=2**0.5)))
+      keras.layers.Dense(
+        size,
+        activation=activation,
+        kernel_initializer=keras.initializers.Orthogonal(gain=2**0.5),
+      )
+    )
   return keras.Sequential(layers, name="mlp_torso")

@@ -128,8 +128,9 @@ class Agent(abc.ABC):
   unroll_length: int
   unroll_overlap: int = 1
 
-  def __init__(self, observation_spec: ArraySpec, action_spec: ArraySpec,
-               num_envs: int):
+  def __init__(
+    self, observation_spec: ArraySpec, action_spec: ArraySpec, num_envs: int
+  ):
     self.observation_spec = observation_spec
     self.action_spec = action_spec
     self.num_envs = num_envs
@@ -164,16 +165,19 @@ class Agent(abc.ABC):
   def checkpoint_objects(self) -> Dict[str, Any]:
     """Trackables for tf.train.Checkpoint (networks, optimizer, normalizers)."""
 
-  def stop(self) -> None:
+  def stop(self) -> None:  # noqa: B027 (a no-op unless the agent blocks)
     """Unblocks `train_step` and `add_unrolls` at shutdown."""
 
 
 # ---- helpers shared by agents (NumPy only, like the rest of this module) ---
 
 
-def check_act_inputs(inputs: ActInputs, observation_spec: ArraySpec,
-                     action_spec: Optional[ArraySpec] = None,
-                     num_core_arrays: int = 0) -> ActInputs:
+def check_act_inputs(
+  inputs: ActInputs,
+  observation_spec: ArraySpec,
+  action_spec: Optional[ArraySpec] = None,
+  num_core_arrays: int = 0,
+) -> ActInputs:
   """Validates one inference call's inputs and gives them canonical dtypes.
 
   Args:
@@ -191,33 +195,44 @@ def check_act_inputs(inputs: ActInputs, observation_spec: ArraySpec,
     ValueError: naming the field, the shape or dtype found and the expected.
   """
   batch_size = int(inputs.observation.shape[0])
-  observation_spec.check_batch(inputs.observation, batch_size,
-                               "ActInputs.observation")
+  observation_spec.check_batch(
+    inputs.observation, batch_size, "ActInputs.observation"
+  )
   if action_spec is not None:
-    action_spec.check_batch(inputs.prev_action, batch_size,
-                            "ActInputs.prev_action")
+    action_spec.check_batch(
+      inputs.prev_action, batch_size, "ActInputs.prev_action"
+    )
   converted = {}
-  for name, dtype in (("reward", np.float32), ("done", np.bool_),
-                      ("eval_mask", np.bool_)):
+  for name, dtype in (
+    ("reward", np.float32),
+    ("done", np.bool_),
+    ("eval_mask", np.bool_),
+  ):
     array = np.asarray(getattr(inputs, name), dtype)
     if array.shape != (batch_size,):
-      raise ValueError(f"ActInputs.{name}: shape {list(array.shape)}, "
-                       f"expected [{batch_size}]")
+      raise ValueError(
+        f"ActInputs.{name}: shape {list(array.shape)}, expected [{batch_size}]"
+      )
     converted[name] = array
   if len(inputs.core_state) != num_core_arrays:
     raise ValueError(
-        f"ActInputs.core_state has {len(inputs.core_state)} arrays, expected "
-        f"{num_core_arrays} (use initial_core_state(B))")
+      f"ActInputs.core_state has {len(inputs.core_state)} arrays, expected "
+      f"{num_core_arrays} (use initial_core_state(B))"
+    )
   converted["core_state"] = tuple(
-      np.asarray(s, np.float32) for s in inputs.core_state)
+    np.asarray(s, np.float32) for s in inputs.core_state
+  )
   return dataclasses.replace(inputs, **converted)
 
 
 def check_unroll(
-    unroll: Unroll, unroll_length: int, observation_spec: ArraySpec,
-    action_spec: ArraySpec,
-    required_extras: Optional[Mapping[str, Tuple[int, ...]]] = None,
-    core_state_shapes: Sequence[Tuple[int, ...]] = ()) -> None:
+  unroll: Unroll,
+  unroll_length: int,
+  observation_spec: ArraySpec,
+  action_spec: ArraySpec,
+  required_extras: Optional[Mapping[str, Tuple[int, ...]]] = None,
+  core_state_shapes: Sequence[Tuple[int, ...]] = (),
+) -> None:
   """Raises ValueError unless `unroll` holds B unrolls of T+1 steps.
 
   Every per-step field must be [B, T+1, ...] with T = unroll_length;
@@ -240,38 +255,58 @@ def check_unroll(
   def check(name, array, shape, dtype=None):
     array = np.asarray(array)
     if tuple(array.shape) != tuple(shape):
-      raise ValueError(f"Unroll.{name}: shape {list(array.shape)}, expected "
-                       f"{list(shape)} (batch {b}, unroll_length + 1 = {t1})")
+      raise ValueError(
+        f"Unroll.{name}: shape {list(array.shape)}, expected "
+        f"{list(shape)} (batch {b}, unroll_length + 1 = {t1})"
+      )
     if dtype is not None and array.dtype != np.dtype(dtype):
-      raise ValueError(f"Unroll.{name}: dtype {array.dtype.name}, expected "
-                       f"{np.dtype(dtype).name}")
+      raise ValueError(
+        f"Unroll.{name}: dtype {array.dtype.name}, expected "
+        f"{np.dtype(dtype).name}"
+      )
 
   check("env_ids", unroll.env_ids, (b,))
-  check("observation", unroll.observation, (b, t1) + observation_spec.shape,
-        observation_spec.dtype)
+  check(
+    "observation",
+    unroll.observation,
+    (b, t1) + observation_spec.shape,
+    observation_spec.dtype,
+  )
   for name in ("prev_action", "action"):
-    check(name, getattr(unroll, name), (b, t1) + action_spec.shape,
-          action_spec.dtype)
+    check(
+      name,
+      getattr(unroll, name),
+      (b, t1) + action_spec.shape,
+      action_spec.dtype,
+    )
   for name in ("reward", "bootstrap_value", "value", "policy_version"):
     check(name, getattr(unroll, name), (b, t1))
   for name in ("terminated", "truncated"):
     check(name, getattr(unroll, name), (b, t1), np.bool_)
   action = np.asarray(unroll.action)
-  if action_spec.is_discrete and action.size and (
-      action.min() < 0 or action.max() >= action_spec.num_values):
-    raise ValueError(f"Unroll.action: values must lie in [0, "
-                     f"{action_spec.num_values}), got range [{action.min()}, "
-                     f"{action.max()}]")
+  if (
+    action_spec.is_discrete
+    and action.size
+    and (action.min() < 0 or action.max() >= action_spec.num_values)
+  ):
+    raise ValueError(
+      f"Unroll.action: values must lie in [0, "
+      f"{action_spec.num_values}), got range [{action.min()}, "
+      f"{action.max()}]"
+    )
   for name, shape in (required_extras or {}).items():
     if name not in unroll.extras:
-      raise ValueError(f"Unroll.extras lacks {name!r} (stored by the agent's "
-                       f"act()); has {sorted(unroll.extras)}")
+      raise ValueError(
+        f"Unroll.extras lacks {name!r} (stored by the agent's "
+        f"act()); has {sorted(unroll.extras)}"
+      )
     check(f"extras[{name!r}]", unroll.extras[name], (b, t1) + tuple(shape))
   if len(unroll.core_state) != len(core_state_shapes):
-    raise ValueError(f"Unroll.core_state has {len(unroll.core_state)} "
-                     f"arrays, expected {len(core_state_shapes)}")
-  for i, (state, shape) in enumerate(zip(unroll.core_state,
-                                         core_state_shapes)):
+    raise ValueError(
+      f"Unroll.core_state has {len(unroll.core_state)} "
+      f"arrays, expected {len(core_state_shapes)}"
+    )
+  for i, (state, shape) in enumerate(zip(unroll.core_state, core_state_shapes)):
     check(f"core_state[{i}]", state, (b,) + tuple(shape))
 
 
@@ -320,8 +355,11 @@ def check_time_major(fn: str, name: str, tensor, reference) -> None:
   """Raises ValueError unless `tensor` is [T, B] like `reference` (a tensor
   named 'values' in the caller `fn`); used by the return/advantage maths."""
   if tensor.shape.rank != 2:
-    raise ValueError(f"{fn}: {name} must be time-major [T, B], got shape "
-                     f"{tensor.shape}")
+    raise ValueError(
+      f"{fn}: {name} must be time-major [T, B], got shape {tensor.shape}"
+    )
   if not tensor.shape.is_compatible_with(reference.shape):
-    raise ValueError(f"{fn}: {name} has shape {tensor.shape}, but values has "
-                     f"{reference.shape}; all inputs must be [T, B]")
+    raise ValueError(
+      f"{fn}: {name} has shape {tensor.shape}, but values has "
+      f"{reference.shape}; all inputs must be [T, B]"
+    )

@@ -50,17 +50,23 @@ class DynamicBatcher(Generic[Request, Result]):
       this runs alone); None means `batch_size`.
   """
 
-  def __init__(self, fn: Callable[[List[Request]], Sequence[Result]],
-               batch_size: int, timeout_s: float,
-               size_fn: Callable[[Request], int],
-               max_batch_size: Optional[int] = None):
+  def __init__(
+    self,
+    fn: Callable[[List[Request]], Sequence[Result]],
+    batch_size: int,
+    timeout_s: float,
+    size_fn: Callable[[Request], int],
+    max_batch_size: Optional[int] = None,
+  ):
     if batch_size < 1:
       raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if max_batch_size is None:
       max_batch_size = batch_size
     if max_batch_size < batch_size:
-      raise ValueError(f"max_batch_size ({max_batch_size}) must be >= "
-                       f"batch_size ({batch_size})")
+      raise ValueError(
+        f"max_batch_size ({max_batch_size}) must be >= "
+        f"batch_size ({batch_size})"
+      )
     if timeout_s < 0:
       raise ValueError(f"timeout_s must be >= 0, got {timeout_s}")
     self._fn = fn
@@ -76,8 +82,9 @@ class DynamicBatcher(Generic[Request, Result]):
     self.batches_run = 0
     self.requests_served = 0
     self.envs_served = 0
-    self._thread = threading.Thread(target=self._loop, name="inference",
-                                    daemon=True)
+    self._thread = threading.Thread(
+      target=self._loop, name="inference", daemon=True
+    )
     self._thread.start()
 
   def __call__(self, request: Request) -> Result:
@@ -111,9 +118,9 @@ class DynamicBatcher(Generic[Request, Result]):
           self._cond.wait()
       # Take requests in arrival order up to the cap (at least one).
       taken, size = [], 0
-      while self._pending and (not taken or
-                               size + self._pending[0].size <=
-                               self._max_batch_size):
+      while self._pending and (
+        not taken or size + self._pending[0].size <= self._max_batch_size
+      ):
         slot = self._pending.pop(0)
         taken.append(slot)
         size += slot.size
@@ -128,8 +135,10 @@ class DynamicBatcher(Generic[Request, Result]):
       try:
         results = self._fn([s.request for s in slots])
         if len(results) != len(slots):
-          raise RuntimeError(f"batch function returned {len(results)} results "
-                             f"for {len(slots)} requests")
+          raise RuntimeError(
+            f"batch function returned {len(results)} results "
+            f"for {len(slots)} requests"
+          )
         for slot, result in zip(slots, results):
           slot.result = result
       except BaseException as e:  # pylint: disable=broad-except

@@ -45,15 +45,15 @@ class Checkpointer:
     max_to_keep: older checkpoints are deleted beyond this many.
   """
 
-  def __init__(self, directory: str, objects: Dict[str, Any],
-               max_to_keep: int = 3):
+  def __init__(
+    self, directory: str, objects: Dict[str, Any], max_to_keep: int = 3
+  ):
     if max_to_keep < 1:
       raise ValueError(f"max_to_keep must be >= 1, got {max_to_keep}")
     self.directory = directory
     self.max_to_keep = max_to_keep
     self._env_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
-    self._checkpoint = tf.train.Checkpoint(env_steps=self._env_steps,
-                                           **objects)
+    self._checkpoint = tf.train.Checkpoint(env_steps=self._env_steps, **objects)
     # Created now so that write() stores it, as CheckpointManager.save did
     # (restoring checks that every existing object is matched).
     _ = self._checkpoint.save_counter
@@ -72,8 +72,9 @@ class Checkpointer:
     paths = list(state.all_model_checkpoint_paths)
     if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
       paths.append(state.model_checkpoint_path)
-    return [p if os.path.isabs(p) else os.path.join(self.directory, p)
-            for p in paths]
+    return [
+      p if os.path.isabs(p) else os.path.join(self.directory, p) for p in paths
+    ]
 
   def restore(self) -> Optional[str]:
     """Restores the newest readable checkpoint; returns its path or None."""
@@ -81,8 +82,11 @@ class Checkpointer:
       try:
         status = self._checkpoint.restore(path)
       except (tf.errors.OpError, ValueError, IndexError, OSError) as e:
-        logging.warning("checkpoint %s cannot be read (%s); trying the "
-                        "previous one", path, str(e).splitlines()[0])
+        logging.warning(
+          "checkpoint %s cannot be read (%s); trying the previous one",
+          path,
+          str(e).splitlines()[0],
+        )
         continue
       # Objects missing from the checkpoint would silently start from
       # scratch: refuse instead (e.g. a logdir written by another agent).
@@ -104,15 +108,19 @@ class Checkpointer:
       for name in glob.glob(glob.escape(path) + ".*"):
         _fsync(name)
       _fsync(self.directory)
-      keep = (existing + [path])[-self.max_to_keep:]
+      keep = (existing + [path])[-self.max_to_keep :]
       tf.compat.v1.train.update_checkpoint_state(
-          self.directory, path, all_model_checkpoint_paths=keep)
+        self.directory, path, all_model_checkpoint_paths=keep
+      )
       _fsync(os.path.join(self.directory, "checkpoint"))
       _fsync(self.directory)
     except (OSError, tf.errors.OpError) as e:
-      logging.warning("checkpoint save to %s failed (%s); training goes on "
-                      "and the next save retries", prefix,
-                      str(e).splitlines()[0] if str(e) else type(e).__name__)
+      logging.warning(
+        "checkpoint save to %s failed (%s); training goes on "
+        "and the next save retries",
+        prefix,
+        str(e).splitlines()[0] if str(e) else type(e).__name__,
+      )
       self._delete(prefix)
       self._remove_leftovers()
       return None

@@ -64,8 +64,9 @@ def max_grad_norm(config: Any, name: str = "max_grad_norm") -> None:
   """A global-norm gradient clip: None or 0 (off), or > 0."""
   value = getattr(config, name)
   if value is not None and value < 0:
-    fail(config, f"{name} must be >= 0 (0 or None disables clipping), got "
-         f"{value}")
+    fail(
+      config, f"{name} must be >= 0 (0 or None disables clipping), got {value}"
+    )
 
 
 def optimizer_epsilon(config: Any, name: str) -> None:
@@ -77,25 +78,30 @@ def choice(config: Any, name: str, allowed: Sequence[str]) -> None:
   """The field is one of `allowed` (strings)."""
   value = getattr(config, name)
   if value not in allowed:
-    fail(config, f"{name} {value!r} is unknown; allowed: "
-         f"{', '.join(allowed)}")
+    fail(config, f"{name} {value!r} is unknown; allowed: {', '.join(allowed)}")
 
 
 def queue_capacity(config: Any, name: str = "queue_capacity") -> None:
   """An unroll queue (None: a default) holds at least one training batch."""
   value = getattr(config, name)
   if value is not None and value < config.batch_size:
-    fail(config, f"{name} ({value}) must be >= batch_size "
-         f"({config.batch_size}), otherwise actors block before a full "
-         f"training batch can be queued")
+    fail(
+      config,
+      f"{name} ({value}) must be >= batch_size "
+      f"({config.batch_size}), otherwise actors block before a full "
+      f"training batch can be queued",
+    )
 
 
 def min_replay_size(config: Any) -> None:
   """Training starts after min_replay_size items, so replay must hold them."""
   if config.min_replay_size > config.replay_capacity:
-    fail(config, f"min_replay_size ({config.min_replay_size}) must be <= "
-         f"replay_capacity ({config.replay_capacity}), otherwise training "
-         f"would never start: it waits for more items than replay can hold")
+    fail(
+      config,
+      f"min_replay_size ({config.min_replay_size}) must be <= "
+      f"replay_capacity ({config.replay_capacity}), otherwise training "
+      f"would never start: it waits for more items than replay can hold",
+    )
 
 
 def rate_limiter_error_buffer(config: Any, value) -> None:
@@ -105,21 +111,28 @@ def rate_limiter_error_buffer(config: Any, value) -> None:
   half of that can never admit it.
   """
   if value is not None and (not value > 0 or 2 * value < config.batch_size):
-    fail(config, f"rate_limiter_error_buffer ({value}) must be >= "
-         f"batch_size / 2 ({config.batch_size / 2}): a larger training batch "
-         f"than 2 * error_buffer deadlocks acting and training")
+    fail(
+      config,
+      f"rate_limiter_error_buffer ({value}) must be >= "
+      f"batch_size / 2 ({config.batch_size / 2}): a larger training batch "
+      f"than 2 * error_buffer deadlocks acting and training",
+    )
 
 
-def torso_factory(config: Any, name: str = "torso",
-                  allow_none: bool = False) -> None:
+def torso_factory(
+  config: Any, name: str = "torso", allow_none: bool = False
+) -> None:
   """The field builds the observation torso: a callable returning a layer."""
   value = getattr(config, name)
   if allow_none and value is None:
     return
   if not callable(value):
-    fail(config, f"{name} must be a callable returning a Keras layer (e.g. "
-         f"@mlp_torso or @atari_torso){' or None' if allow_none else ''}, "
-         f"got {value!r}")
+    fail(
+      config,
+      f"{name} must be a callable returning a Keras layer (e.g. "
+      f"@mlp_torso or @atari_torso){' or None' if allow_none else ''}, "
+      f"got {value!r}",
+    )
 
 
 def _reason(why: str) -> str:

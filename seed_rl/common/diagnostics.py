@@ -34,27 +34,33 @@ def explained_variance(values: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
   targets = tf.reshape(tf.cast(targets, tf.float32), [-1])
   var_targets = tf.math.reduce_variance(targets)
   ev = 1.0 - tf.math.reduce_variance(targets - values) / tf.maximum(
-      var_targets, 1e-12)
+    var_targets, 1e-12
+  )
   return tf.where(var_targets > 1e-12, ev, 0.0)
 
 
 def advantage_stats(advantages: tf.Tensor) -> Dict[str, tf.Tensor]:
   advantages = tf.cast(advantages, tf.float32)
-  return {"advantage/mean": tf.reduce_mean(advantages),
-          "advantage/std": tf.math.reduce_std(advantages)}
+  return {
+    "advantage/mean": tf.reduce_mean(advantages),
+    "advantage/std": tf.math.reduce_std(advantages),
+  }
 
 
-def gradient_norms(gradients: Sequence[tf.Tensor],
-                   variables: Sequence[tf.Variable]) -> Dict[str, tf.Tensor]:
+def gradient_norms(
+  gradients: Sequence[tf.Tensor], variables: Sequence[tf.Variable]
+) -> Dict[str, tf.Tensor]:
   """grad/norm (global, before clipping) and grad/norm_torso, _head
   (0 for a group without variables, so every agent emits the same keys)."""
   groups: Dict[str, list] = {TORSO: [], HEAD: []}
   for g, v in zip(gradients, variables):
     if g is not None:
-        groups[variable_group(v)].append(g)
-  out = {"grad/norm": tf.linalg.global_norm(
-      [g for g in gradients if g is not None])}
+      groups[variable_group(v)].append(g)
+  out = {
+    "grad/norm": tf.linalg.global_norm([g for g in gradients if g is not None])
+  }
   for name, grads in groups.items():
-    out[f"grad/norm_{name}"] = (tf.linalg.global_norm(grads) if grads
-                                else tf.constant(0.0))
+    out[f"grad/norm_{name}"] = (
+      tf.linalg.global_norm(grads) if grads else tf.constant(0.0)
+    )
   return out

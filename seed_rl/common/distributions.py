@@ -54,8 +54,9 @@ class ActionDistribution(abc.ABC):
   num_params: int
 
   @abc.abstractmethod
-  def sample(self, params: tf.Tensor, generator: tf.random.Generator
-            ) -> Tuple[tf.Tensor, tf.Tensor]:
+  def sample(
+    self, params: tf.Tensor, generator: tf.random.Generator
+  ) -> Tuple[tf.Tensor, tf.Tensor]:
     """[B, P] -> (env action, raw action), each [B, ...]."""
 
   @abc.abstractmethod
@@ -80,8 +81,9 @@ class Categorical(ActionDistribution):
 
   def __init__(self, num_actions: int, action_dtype: str = "int32"):
     if num_actions < 1:
-      raise ValueError(f"Categorical: num_actions must be >= 1, got "
-                       f"{num_actions}")
+      raise ValueError(
+        f"Categorical: num_actions must be >= 1, got {num_actions}"
+      )
     self.num_actions = int(num_actions)
     self.num_params = self.num_actions
     self.action_dtype = tf.as_dtype(action_dtype)
@@ -124,19 +126,29 @@ class DiagGaussian(ActionDistribution):
       density never collapses to a spike when a state-dependent head drifts.
   """
 
-  def __init__(self, action_size: int, bounds: str = "clip",
-               low: Optional[np.ndarray] = None,
-               high: Optional[np.ndarray] = None,
-               min_log_std: float = -20.0, max_log_std: float = 2.0):
+  def __init__(
+    self,
+    action_size: int,
+    bounds: str = "clip",
+    low: Optional[np.ndarray] = None,
+    high: Optional[np.ndarray] = None,
+    min_log_std: float = -20.0,
+    max_log_std: float = 2.0,
+  ):
     if action_size < 1:
-      raise ValueError(f"DiagGaussian: action_size must be >= 1, got "
-                       f"{action_size}")
+      raise ValueError(
+        f"DiagGaussian: action_size must be >= 1, got {action_size}"
+      )
     if bounds not in BOUND_MODES:
-      raise ValueError(f"DiagGaussian: bounds {bounds!r} is unknown; allowed: "
-                       f"{', '.join(BOUND_MODES)}")
+      raise ValueError(
+        f"DiagGaussian: bounds {bounds!r} is unknown; allowed: "
+        f"{', '.join(BOUND_MODES)}"
+      )
     if not min_log_std < max_log_std:
-      raise ValueError(f"DiagGaussian: min_log_std ({min_log_std}) must be < "
-                       f"max_log_std ({max_log_std})")
+      raise ValueError(
+        f"DiagGaussian: min_log_std ({min_log_std}) must be < "
+        f"max_log_std ({max_log_std})"
+      )
     self.action_size = int(action_size)
     self.num_params = 2 * self.action_size
     self.bounds = bounds
@@ -144,18 +156,25 @@ class DiagGaussian(ActionDistribution):
     self.max_log_std = float(max_log_std)
     if bounds != "none":
       if low is None or high is None:
-        raise ValueError(f"DiagGaussian: bounds={bounds!r} needs low and high "
-                         f"(the Box bounds); use bounds='none' for unbounded "
-                         f"actions")
+        raise ValueError(
+          f"DiagGaussian: bounds={bounds!r} needs low and high "
+          f"(the Box bounds); use bounds='none' for unbounded "
+          f"actions"
+        )
       low = np.broadcast_to(np.asarray(low, np.float64), (action_size,))
       high = np.broadcast_to(np.asarray(high, np.float64), (action_size,))
-      if bounds == "tanh" and not (np.all(np.isfinite(low)) and
-                                   np.all(np.isfinite(high))):
-        raise ValueError(f"DiagGaussian: bounds='tanh' needs finite Box "
-                         f"bounds, got low={low} high={high}; use 'clip'")
+      if bounds == "tanh" and not (
+        np.all(np.isfinite(low)) and np.all(np.isfinite(high))
+      ):
+        raise ValueError(
+          f"DiagGaussian: bounds='tanh' needs finite Box "
+          f"bounds, got low={low} high={high}; use 'clip'"
+        )
       if not np.all(low < high):
-        raise ValueError(f"DiagGaussian: need low < high elementwise, got "
-                         f"low={low} high={high}")
+        raise ValueError(
+          f"DiagGaussian: need low < high elementwise, got "
+          f"low={low} high={high}"
+        )
       self._low = tf.constant(low, tf.float32)
       self._high = tf.constant(high, tf.float32)
     if bounds == "tanh":
@@ -171,15 +190,17 @@ class DiagGaussian(ActionDistribution):
 
   def _base(self, params):
     mean, log_std = self.split(params)
-    return tfd.Independent(tfd.Normal(mean, tf.exp(log_std)),
-                           reinterpreted_batch_ndims=1)
+    return tfd.Independent(
+      tfd.Normal(mean, tf.exp(log_std)), reinterpreted_batch_ndims=1
+    )
 
   def to_env_action(self, raw_action: tf.Tensor) -> tf.Tensor:
     """Unbounded u [B, D] -> the action the environment receives [B, D]."""
     if self.bounds == "tanh":
       # The clip only absorbs float rounding of center + scale * (+-1).
-      return tf.clip_by_value(self._center + self._scale * tf.tanh(raw_action),
-                              self._low, self._high)
+      return tf.clip_by_value(
+        self._center + self._scale * tf.tanh(raw_action), self._low, self._high
+      )
     if self.bounds == "clip":
       return tf.clip_by_value(raw_action, self._low, self._high)
     return raw_action
@@ -199,8 +220,9 @@ class DiagGaussian(ActionDistribution):
       # a = c + s * tanh(u): log p(a) = log p(u) - sum log|da/du|, with
       # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), finite even where
       # tanh(u) rounds to +-1.
-      log_det = 2.0 * (math.log(2.0) - raw_action -
-                       tf.nn.softplus(-2.0 * raw_action))
+      log_det = 2.0 * (
+        math.log(2.0) - raw_action - tf.nn.softplus(-2.0 * raw_action)
+      )
       log_prob -= tf.reduce_sum(log_det, axis=-1) + self._log_scale_sum
     return log_prob
 
@@ -216,9 +238,12 @@ class DiagGaussian(ActionDistribution):
     return tfd.kl_divergence(self._base(params_p), self._base(params_q))
 
 
-def for_action_spec(action_spec: ArraySpec, bounds: str = "clip",
-                    min_log_std: float = -20.0,
-                    max_log_std: float = 2.0) -> ActionDistribution:
+def for_action_spec(
+  action_spec: ArraySpec,
+  bounds: str = "clip",
+  min_log_std: float = -20.0,
+  max_log_std: float = 2.0,
+) -> ActionDistribution:
   """Picks the distribution for an action spec.
 
   Discrete scalar specs get a Categorical. Float vector specs get a
@@ -231,26 +256,44 @@ def for_action_spec(action_spec: ArraySpec, bounds: str = "clip",
   name = action_spec.name or "action"
   if action_spec.is_discrete:
     if action_spec.shape != ():
-      raise ValueError(f"action spec {name!r}: discrete actions must be "
-                       f"scalars (shape ()), got shape {action_spec.shape}")
+      raise ValueError(
+        f"action spec {name!r}: discrete actions must be "
+        f"scalars (shape ()), got shape {action_spec.shape}"
+      )
     if not action_spec.dtype.startswith(("int", "uint")):
-      raise ValueError(f"action spec {name!r}: discrete actions need an "
-                       f"integer dtype, got {action_spec.dtype}")
+      raise ValueError(
+        f"action spec {name!r}: discrete actions need an "
+        f"integer dtype, got {action_spec.dtype}"
+      )
     return Categorical(action_spec.num_values, action_spec.dtype)
   if len(action_spec.shape) != 1 or action_spec.dtype != "float32":
-    raise ValueError(f"action spec {name!r}: continuous actions must be "
-                     f"float32 vectors [D], got shape {action_spec.shape} "
-                     f"dtype {action_spec.dtype}")
+    raise ValueError(
+      f"action spec {name!r}: continuous actions must be "
+      f"float32 vectors [D], got shape {action_spec.shape} "
+      f"dtype {action_spec.dtype}"
+    )
   has_min = action_spec.minimum is not None
   has_max = action_spec.maximum is not None
   if has_min != has_max:
-    raise ValueError(f"action spec {name!r}: give both minimum and maximum "
-                     f"(a Box) or neither (unbounded)")
-  if not has_min or not (np.any(np.isfinite(action_spec.minimum)) or
-                         np.any(np.isfinite(action_spec.maximum))):
+    raise ValueError(
+      f"action spec {name!r}: give both minimum and maximum "
+      f"(a Box) or neither (unbounded)"
+    )
+  if not has_min or not (
+    np.any(np.isfinite(action_spec.minimum))
+    or np.any(np.isfinite(action_spec.maximum))
+  ):
     bounds = "none"
   elif bounds == "none":
-    raise ValueError(f"action spec {name!r} is bounded; bounds must be "
-                     f"'tanh' or 'clip' so actions stay inside the Box")
-  return DiagGaussian(action_spec.shape[0], bounds, action_spec.minimum,
-                      action_spec.maximum, min_log_std, max_log_std)
+    raise ValueError(
+      f"action spec {name!r} is bounded; bounds must be "
+      f"'tanh' or 'clip' so actions stay inside the Box"
+    )
+  return DiagGaussian(
+    action_spec.shape[0],
+    bounds,
+    action_spec.minimum,
+    action_spec.maximum,
+    min_log_std,
+    max_log_std,
+  )

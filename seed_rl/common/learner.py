@@ -70,34 +70,48 @@ class LearnerConfig:
 
   def __post_init__(self):
     if self.inference_batch_size is not None and self.inference_batch_size < 1:
-      raise ValueError("LearnerConfig.inference_batch_size must be >= 1 or "
-                       f"None (all envs), got {self.inference_batch_size}")
+      raise ValueError(
+        "LearnerConfig.inference_batch_size must be >= 1 or "
+        f"None (all envs), got {self.inference_batch_size}"
+      )
     if self.batch_timeout_ms < 0:
-      raise ValueError("LearnerConfig.batch_timeout_ms must be >= 0, got "
-                       f"{self.batch_timeout_ms}")
+      raise ValueError(
+        "LearnerConfig.batch_timeout_ms must be >= 0, got "
+        f"{self.batch_timeout_ms}"
+      )
     if self.frame_stack < 1:
-      raise ValueError(f"LearnerConfig.frame_stack must be >= 1, got "
-                       f"{self.frame_stack}")
-    for name in ("checkpoint_every_s", "log_every_s", "max_abs_reward",
-                 "max_abs_observation"):
+      raise ValueError(
+        f"LearnerConfig.frame_stack must be >= 1, got {self.frame_stack}"
+      )
+    for name in (
+      "checkpoint_every_s",
+      "log_every_s",
+      "max_abs_reward",
+      "max_abs_observation",
+    ):
       if getattr(self, name) <= 0:
         raise ValueError(f"LearnerConfig.{name} must be > 0")
     for name in ("tf_intra_op_threads", "tf_inter_op_threads"):
       value = getattr(self, name)
       if value is not None and value < 1:
-        raise ValueError(f"LearnerConfig.{name} must be >= 1 or None (TF's "
-                         f"default), got {value}")
+        raise ValueError(
+          f"LearnerConfig.{name} must be >= 1 or None (TF's "
+          f"default), got {value}"
+        )
 
 
 def configure_tf_threads(config: LearnerConfig) -> None:
   """Sizes TensorFlow's thread pools; call before TF runs its first op."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   if config.tf_intra_op_threads:
     tf.config.threading.set_intra_op_parallelism_threads(
-        config.tf_intra_op_threads)
+      config.tf_intra_op_threads
+    )
   if config.tf_inter_op_threads:
     tf.config.threading.set_inter_op_parallelism_threads(
-        config.tf_inter_op_threads)
+      config.tf_inter_op_threads
+    )
 
 
 class Learner:
@@ -108,21 +122,32 @@ class Learner:
   logged under `eval/` and they produce no unrolls.
   """
 
-  def __init__(self, agent: Agent, wire_observation_spec: ArraySpec,
-               action_spec: ArraySpec, num_train_envs: int,
-               num_eval_envs: int = 0,
-               config: Optional[LearnerConfig] = None,
-               checkpointer=None, summary_writer=None):
+  def __init__(
+    self,
+    agent: Agent,
+    wire_observation_spec: ArraySpec,
+    action_spec: ArraySpec,
+    num_train_envs: int,
+    num_eval_envs: int = 0,
+    config: Optional[LearnerConfig] = None,
+    checkpointer=None,
+    summary_writer=None,
+  ):
     self.agent = agent
     self.config = config or LearnerConfig()
     self.num_train_envs = num_train_envs
     self.num_envs = num_train_envs + num_eval_envs
     self.action_spec = action_spec
-    self.state = EnvStateTable(self.num_envs, wire_observation_spec,
-                               action_spec, agent.initial_core_state,
-                               self.config.frame_stack)
-    self.unrolls = UnrollStore(self.num_envs, agent.unroll_length + 1,
-                               agent.unroll_overlap)
+    self.state = EnvStateTable(
+      self.num_envs,
+      wire_observation_spec,
+      action_spec,
+      agent.initial_core_state,
+      self.config.frame_stack,
+    )
+    self.unrolls = UnrollStore(
+      self.num_envs, agent.unroll_length + 1, agent.unroll_overlap
+    )
     self.episodes = metrics_lib.EpisodeTracker()
     self._checkpointer = checkpointer
     self._writer = summary_writer
@@ -139,14 +164,18 @@ class Learner:
     # CPU seconds by role (time.thread_time of the thread doing the work).
     self.cpu_seconds = {"inference": 0.0, "act": 0.0, "training": 0.0}
     self.ticks: List[Dict[str, float]] = []  # one per progress line
-    batch_size = min(self.config.inference_batch_size or self.num_envs,
-                     self.num_envs)
+    batch_size = min(
+      self.config.inference_batch_size or self.num_envs, self.num_envs
+    )
     # A run takes every pending request: under load batches grow (cheaper
     # per env) instead of queueing.
-    self._batcher = DynamicBatcher(self._infer, batch_size,
-                                   self.config.batch_timeout_ms / 1000.0,
-                                   size_fn=lambda b: b.num_envs,
-                                   max_batch_size=self.num_envs)
+    self._batcher = DynamicBatcher(
+      self._infer,
+      batch_size,
+      self.config.batch_timeout_ms / 1000.0,
+      size_fn=lambda b: b.num_envs,
+      max_batch_size=self.num_envs,
+    )
 
   # ----------------------------------------------------------- inference --
   def step(self, batch: StepBatch) -> np.ndarray:
@@ -193,19 +222,27 @@ class Learner:
     observation = st.stacked(env_ids, frames)
     eval_mask = env_ids >= self.num_train_envs
 
-    inputs = ActInputs(env_ids=env_ids, observation=observation,
-                       prev_action=prev_action, reward=reward,
-                       done=new_episode, core_state=core, eval_mask=eval_mask)
+    inputs = ActInputs(
+      env_ids=env_ids,
+      observation=observation,
+      prev_action=prev_action,
+      reward=reward,
+      done=new_episode,
+      core_state=core,
+      eval_mask=eval_mask,
+    )
     if final_ids.size:
       inputs = ActInputs(
-          env_ids=np.concatenate([env_ids, final_ids]),
-          observation=np.concatenate([observation, final_obs]),
-          prev_action=np.concatenate([prev_action, final_prev]),
-          reward=np.concatenate([reward, reward[truncated]]),
-          done=np.concatenate([new_episode, np.zeros(final_ids.size, bool)]),
-          core_state=tuple(np.concatenate([c, f])
-                           for c, f in zip(core, final_core)),
-          eval_mask=np.concatenate([eval_mask, eval_mask[truncated]]))
+        env_ids=np.concatenate([env_ids, final_ids]),
+        observation=np.concatenate([observation, final_obs]),
+        prev_action=np.concatenate([prev_action, final_prev]),
+        reward=np.concatenate([reward, reward[truncated]]),
+        done=np.concatenate([new_episode, np.zeros(final_ids.size, bool)]),
+        core_state=tuple(
+          np.concatenate([c, f]) for c, f in zip(core, final_core)
+        ),
+        eval_mask=np.concatenate([eval_mask, eval_mask[truncated]]),
+      )
     t_act, c_act = time.perf_counter(), time.thread_time()
     out = self.agent.act(inputs)
     self._act_seconds += time.perf_counter() - t_act
@@ -217,20 +254,28 @@ class Learner:
     st.scatter(env_ids, tuple(c[:size] for c in out.core_state), action)
 
     for b in batches:
-      prefix = ("eval" if b.num_envs and b.env_ids[0] >= self.num_train_envs
-                else "episode")
+      prefix = (
+        "eval"
+        if b.num_envs and b.env_ids[0] >= self.num_train_envs
+        else "episode"
+      )
       self.episodes.add(b.episode_return, b.episode_length, prefix)
 
     train = ~eval_mask
     num_train = int(train.sum())
     self.env_steps += num_train
     if num_train:
-      step = {"observation": observation, "reward": reward,
-              "terminated": terminated, "truncated": truncated,
-              "bootstrap_value": bootstrap_value, "prev_action": prev_action,
-              "action": action, "value": value[:size],
-              "policy_version": np.full(size, self._policy_version(),
-                                        np.int64)}
+      step = {
+        "observation": observation,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": truncated,
+        "bootstrap_value": bootstrap_value,
+        "prev_action": prev_action,
+        "action": action,
+        "value": value[:size],
+        "policy_version": np.full(size, self._policy_version(), np.int64),
+      }
       for i, c in enumerate(core):
         step[f"core_state/{i}"] = c
       for name, extra in out.extras.items():
@@ -271,8 +316,10 @@ class Learner:
         with self._metrics_lock:
           self._metrics.add(step_metrics)
           self._samples_trained += samples
-        if (self._checkpointer and time.monotonic() - last_ckpt >=
-            self.config.checkpoint_every_s):
+        if (
+          self._checkpointer
+          and time.monotonic() - last_ckpt >= self.config.checkpoint_every_s
+        ):
           self._save()
           last_ckpt = time.monotonic()
     except BaseException as e:  # pylint: disable=broad-except
@@ -291,12 +338,18 @@ class Learner:
     batcher's thread as actors call in.
     """
     stop_event = stop_event or threading.Event()
-    trainer = threading.Thread(target=self._train_loop, name="training",
-                               daemon=True)
+    trainer = threading.Thread(
+      target=self._train_loop, name="training", daemon=True
+    )
     trainer.start()
     self._start = self._last_log = time.monotonic()
-    self._last = {"env_steps": self.env_steps, "batches": 0, "envs": 0,
-                  "act": 0.0, "infer": 0.0}
+    self._last = {
+      "env_steps": self.env_steps,
+      "batches": 0,
+      "envs": 0,
+      "act": 0.0,
+      "infer": 0.0,
+    }
     reason = None
     while reason is None:
       stopped = stop_event.wait(min(0.5, self.config.log_every_s))
@@ -320,15 +373,19 @@ class Learner:
     cfg = self.config
     recent = self.episodes.recent_mean()
     learner_steps = self._policy_version()
-    if (cfg.target_return is not None and self.episodes.full_window() and
-        recent >= cfg.target_return):
+    if (
+      cfg.target_return is not None
+      and self.episodes.full_window()
+      and recent >= cfg.target_return
+    ):
       if self.solved_at_s is None:
         self.solved_at_s = now - self._start
         metrics_lib.log(
-            f"SOLVED: mean return {recent:.1f} over the last "
-            f"{self.episodes.window} episodes >= target {cfg.target_return:g}"
-            f" after {now - self._start:.1f} s, {self.env_steps:,d} env "
-            f"steps, {learner_steps} learner steps")
+          f"SOLVED: mean return {recent:.1f} over the last "
+          f"{self.episodes.window} episodes >= target {cfg.target_return:g}"
+          f" after {now - self._start:.1f} s, {self.env_steps:,d} env "
+          f"steps, {learner_steps} learner steps"
+        )
       if cfg.stop_at_target:
         return "target reached"
     if cfg.max_env_steps and self.env_steps >= cfg.max_env_steps:
@@ -352,36 +409,52 @@ class Learner:
     scalars.update(self.episodes.drain())
     scalars["perf/env_steps_per_s"] = steps_per_s
     scalars["perf/updates_per_s"] = (
-        learner_steps - last.get("learner_steps", learner_steps)) / dt
+      learner_steps - last.get("learner_steps", learner_steps)
+    ) / dt
     env_steps = self.env_steps - last["env_steps"]
     if env_steps > 0:
       scalars["perf/samples_per_env_step"] = samples / env_steps
     scalars["perf/env_steps"] = self.env_steps
     if batches:
       scalars["perf/inference_batch_size"] = (
-          (self._batcher.envs_served - last["envs"]) / batches)
+        self._batcher.envs_served - last["envs"]
+      ) / batches
       scalars["perf/inference_ms"] = (
-          1e3 * (self._infer_seconds - last["infer"]) / batches)
+        1e3 * (self._infer_seconds - last["infer"]) / batches
+      )
       scalars["perf/act_ms"] = 1e3 * (self._act_seconds - last["act"]) / batches
     if self._writer:
       self._writer.write(learner_steps, scalars)
-    extra = {k: scalars[k] for k in metrics_lib.CONSOLE_METRICS
-             if k in scalars}
+    extra = {k: scalars[k] for k in metrics_lib.CONSOLE_METRICS if k in scalars}
     line = metrics_lib.progress_line(
-        now - self._start, learner_steps, self.env_steps, steps_per_s,
-        self.episodes.recent_mean(), self.episodes.episodes, extra)
+      now - self._start,
+      learner_steps,
+      self.env_steps,
+      steps_per_s,
+      self.episodes.recent_mean(),
+      self.episodes.episodes,
+      extra,
+    )
     metrics_lib.log(f"{line} | {self.banner}" if self.banner else line)
-    self.ticks.append({"t": now - self._start, "env_steps": self.env_steps,
-                       "learner_steps": learner_steps,
-                       "process_cpu_s": time.process_time(),
-                       **{f"{k}_cpu_s": v
-                          for k, v in self.cpu_seconds.items()}})
+    self.ticks.append(
+      {
+        "t": now - self._start,
+        "env_steps": self.env_steps,
+        "learner_steps": learner_steps,
+        "process_cpu_s": time.process_time(),
+        **{f"{k}_cpu_s": v for k, v in self.cpu_seconds.items()},
+      }
+    )
     self._last_log = now
-    self._last = {"env_steps": self.env_steps,
-                  "batches": self._batcher.batches_run,
-                  "envs": self._batcher.envs_served,
-                  "act": self._act_seconds, "infer": self._infer_seconds,
-                  "samples": last_samples, "learner_steps": learner_steps}
+    self._last = {
+      "env_steps": self.env_steps,
+      "batches": self._batcher.batches_run,
+      "envs": self._batcher.envs_served,
+      "act": self._act_seconds,
+      "infer": self._infer_seconds,
+      "samples": last_samples,
+      "learner_steps": learner_steps,
+    }
 
   def shutdown(self, trainer: Optional[threading.Thread] = None) -> None:
     """Stops inference and training, then writes a final checkpoint."""
@@ -393,8 +466,10 @@ class Learner:
     # The final save runs only once training has stopped (a save racing an
     # update could mix weights of two steps).
     if trainer is not None and trainer.is_alive():
-      metrics_lib.log("[learner] the training thread did not stop within "
-                      "60 s; skipping the final checkpoint")
+      metrics_lib.log(
+        "[learner] the training thread did not stop within "
+        "60 s; skipping the final checkpoint"
+      )
     elif self._train_error is None:
       self._save()
     if self._writer:
@@ -402,13 +477,20 @@ class Learner:
 
 
 def _to_unroll(rows: Dict[str, np.ndarray], num_core: int) -> Unroll:
-  extras = {k[len("extras/"):]: v for k, v in rows.items()
-            if k.startswith("extras/")}
+  extras = {
+    k[len("extras/") :]: v for k, v in rows.items() if k.startswith("extras/")
+  }
   return Unroll(
-      env_ids=rows["env_ids"], observation=rows["observation"],
-      reward=rows["reward"], terminated=rows["terminated"],
-      truncated=rows["truncated"], bootstrap_value=rows["bootstrap_value"],
-      prev_action=rows["prev_action"], action=rows["action"],
-      value=rows["value"], extras=extras,
-      core_state=tuple(rows[f"core_state/{i}"][:, 0] for i in range(num_core)),
-      policy_version=rows["policy_version"])
+    env_ids=rows["env_ids"],
+    observation=rows["observation"],
+    reward=rows["reward"],
+    terminated=rows["terminated"],
+    truncated=rows["truncated"],
+    bootstrap_value=rows["bootstrap_value"],
+    prev_action=rows["prev_action"],
+    action=rows["action"],
+    value=rows["value"],
+    extras=extras,
+    core_state=tuple(rows[f"core_state/{i}"][:, 0] for i in range(num_core)),
+    policy_version=rows["policy_version"],
+  )

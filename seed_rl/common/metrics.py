@@ -13,12 +13,24 @@ import numpy as np
 
 # Shown on the console progress line when present (see docs/METRICS.md):
 # entropy and explained variance say within a minute whether a run moves.
-CONSOLE_METRICS = ("policy/entropy", "value/explained_variance",
-                   "q/mean", "loss/total", "grad/norm", "perf/updates_per_s",
-                   "perf/policy_lag")
-_SHORT = {"policy/entropy": "entropy", "value/explained_variance": "ev",
-          "q/mean": "q", "loss/total": "loss", "grad/norm": "gnorm",
-          "perf/updates_per_s": "upd/s", "perf/policy_lag": "lag"}
+CONSOLE_METRICS = (
+  "policy/entropy",
+  "value/explained_variance",
+  "q/mean",
+  "loss/total",
+  "grad/norm",
+  "perf/updates_per_s",
+  "perf/policy_lag",
+)
+_SHORT = {
+  "policy/entropy": "entropy",
+  "value/explained_variance": "ev",
+  "q/mean": "q",
+  "loss/total": "loss",
+  "grad/norm": "gnorm",
+  "perf/updates_per_s": "upd/s",
+  "perf/policy_lag": "lag",
+}
 
 
 class EpisodeTracker:
@@ -42,10 +54,12 @@ class EpisodeTracker:
       return
     with self._lock:
       for name, values in (("return", returns), ("length", lengths)):
-        self._sums[f"{prefix}/{name}"] += float(np.sum(values, dtype=np.float64))
+        self._sums[f"{prefix}/{name}"] += float(
+          np.sum(values, dtype=np.float64)
+        )
         self._counts[f"{prefix}/{name}"] += int(values.size)
       if prefix == "episode":
-        self._recent.extend(returns[-self.window:].tolist())
+        self._recent.extend(returns[-self.window :].tolist())
         self.episodes += returns.size
 
   def recent_mean(self) -> Optional[float]:
@@ -61,8 +75,11 @@ class EpisodeTracker:
   def drain(self) -> Dict[str, float]:
     """Means of what was added since the last drain."""
     with self._lock:
-      out = {k: self._sums[k] / self._counts[k] for k in self._sums
-             if self._counts[k]}
+      out = {
+        k: self._sums[k] / self._counts[k]
+        for k in self._sums
+        if self._counts[k]
+      }
       self._sums.clear()
       self._counts.clear()
     return out
@@ -94,6 +111,7 @@ class SummaryWriter:
 
   def __init__(self, logdir: str):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     self._tf = tf
     self._writer = tf.summary.create_file_writer(logdir)
 
@@ -107,15 +125,26 @@ class SummaryWriter:
     self._writer.close()
 
 
-def progress_line(elapsed_s: float, learner_steps: int, env_steps: int,
-                  env_steps_per_s: float, recent_return: Optional[float],
-                  episodes: int, extra: Mapping[str, float]) -> str:
+def progress_line(
+  elapsed_s: float,
+  learner_steps: int,
+  env_steps: int,
+  env_steps_per_s: float,
+  recent_return: Optional[float],
+  episodes: int,
+  extra: Mapping[str, float],
+) -> str:
   ret = "n/a" if recent_return is None else f"{recent_return:8.1f}"
-  parts = [f"[learner {elapsed_s:6.0f}s]", f"step {learner_steps:7d}",
-           f"env steps {env_steps:10,d} ({env_steps_per_s:7,.0f}/s)",
-           f"return(last100) {ret}", f"episodes {episodes:6d}"]
-  parts += [f"{_SHORT.get(k, k.split('/')[-1])} {v:.3g}"
-            for k, v in extra.items()]
+  parts = [
+    f"[learner {elapsed_s:6.0f}s]",
+    f"step {learner_steps:7d}",
+    f"env steps {env_steps:10,d} ({env_steps_per_s:7,.0f}/s)",
+    f"return(last100) {ret}",
+    f"episodes {episodes:6d}",
+  ]
+  parts += [
+    f"{_SHORT.get(k, k.split('/')[-1])} {v:.3g}" for k, v in extra.items()
+  ]
   return " | ".join(parts)
 
 
@@ -129,13 +158,16 @@ def steady_state(ticks: List[Dict[str, float]]) -> Dict[str, float]:
     return {}
   a, b = ticks[len(ticks) // 2 - (len(ticks) == 2)], ticks[-1]
   dt = max(b["t"] - a["t"], 1e-9)
-  out = {"window_s": round(dt, 2),
-         "env_steps_per_s": round((b["env_steps"] - a["env_steps"]) / dt, 1),
-         "learner_steps_per_s": round(
-             (b["learner_steps"] - a["learner_steps"]) / dt, 3)}
+  out = {
+    "window_s": round(dt, 2),
+    "env_steps_per_s": round((b["env_steps"] - a["env_steps"]) / dt, 1),
+    "learner_steps_per_s": round(
+      (b["learner_steps"] - a["learner_steps"]) / dt, 3
+    ),
+  }
   for key in a:
     if key.endswith("cpu_s"):
-      out[f"cores/{key[:-len('_cpu_s')]}"] = round((b[key] - a[key]) / dt, 3)
+      out[f"cores/{key[: -len('_cpu_s')]}"] = round((b[key] - a[key]) / dt, 3)
   return out
 
 

@@ -46,15 +46,23 @@ class NoisyDense(keras.layers.Layer):
       instead of using the stored sample.
   """
 
-  def __init__(self, units: int, noise_type: str = "fg",
-               sigma0: Optional[float] = None, activation=None,
-               resample_every_call: bool = False, **kwargs):
+  def __init__(
+    self,
+    units: int,
+    noise_type: str = "fg",
+    sigma0: Optional[float] = None,
+    activation=None,
+    resample_every_call: bool = False,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     if units < 1:
       raise ValueError(f"NoisyDense units must be >= 1, got {units}")
     if noise_type not in NOISE_TYPES:
-      raise ValueError(f"NoisyDense noise_type must be one of {NOISE_TYPES}, "
-                       f"got {noise_type!r}")
+      raise ValueError(
+        f"NoisyDense noise_type must be one of {NOISE_TYPES}, "
+        f"got {noise_type!r}"
+      )
     if sigma0 is not None and not sigma0 > 0:
       raise ValueError(f"NoisyDense sigma0 must be > 0, got {sigma0}")
     self.units = int(units)
@@ -74,29 +82,37 @@ class NoisyDense(keras.layers.Layer):
       sigma = self.sigma0 / math.sqrt(p)
     mu_init = keras.initializers.RandomUniform(-bound, bound)
     sigma_init = keras.initializers.Constant(sigma)
-    self.kernel_mu = self.add_weight(shape=(p, q), initializer=mu_init,
-                                     name="kernel_mu")
-    self.kernel_sigma = self.add_weight(shape=(p, q), initializer=sigma_init,
-                                        name="kernel_sigma")
-    self.bias_mu = self.add_weight(shape=(q,), initializer=mu_init,
-                                   name="bias_mu")
-    self.bias_sigma = self.add_weight(shape=(q,), initializer=sigma_init,
-                                      name="bias_sigma")
+    self.kernel_mu = self.add_weight(
+      shape=(p, q), initializer=mu_init, name="kernel_mu"
+    )
+    self.kernel_sigma = self.add_weight(
+      shape=(p, q), initializer=sigma_init, name="kernel_sigma"
+    )
+    self.bias_mu = self.add_weight(
+      shape=(q,), initializer=mu_init, name="bias_mu"
+    )
+    self.bias_sigma = self.add_weight(
+      shape=(q,), initializer=sigma_init, name="bias_sigma"
+    )
     if self.noise_type == "ig":
       noise_shapes = {"kernel_noise": (p, q), "bias_noise": (q,)}
     else:
       noise_shapes = {"input_noise": (p,), "output_noise": (q,)}
     self._noise = {
-        name: self.add_weight(shape=shape, initializer="zeros",
-                              trainable=False, name=name)
-        for name, shape in noise_shapes.items()}
+      name: self.add_weight(
+        shape=shape, initializer="zeros", trainable=False, name=name
+      )
+      for name, shape in noise_shapes.items()
+    }
     self.reset_noise()
 
   def _sample_noise(self):
     """A fresh (kernel noise [p, q], bias noise [q]) pair."""
     if self.noise_type == "ig":
-      return (tf.random.normal(self.kernel_mu.shape),
-              tf.random.normal(self.bias_mu.shape))
+      return (
+        tf.random.normal(self.kernel_mu.shape),
+        tf.random.normal(self.bias_mu.shape),
+      )
     e_in = _scale_noise(tf.random.normal(self.kernel_mu.shape[:1]))
     e_out = _scale_noise(tf.random.normal(self.bias_mu.shape))
     return e_in, e_out
@@ -122,8 +138,10 @@ class NoisyDense(keras.layers.Layer):
     if self.noise_type == "ig":
       return tf.convert_to_tensor(first), tf.convert_to_tensor(second)
     # Factorised: p + q samples give the p x q kernel noise.
-    return (tf.expand_dims(first, 1) * tf.expand_dims(second, 0),
-            tf.convert_to_tensor(second))
+    return (
+      tf.expand_dims(first, 1) * tf.expand_dims(second, 0),
+      tf.convert_to_tensor(second),
+    )
 
   def call(self, inputs, deterministic: bool = False):
     if deterministic:
@@ -143,8 +161,11 @@ class NoisyDense(keras.layers.Layer):
 
   def get_config(self):
     config = super().get_config()
-    config.update(units=self.units, noise_type=self.noise_type,
-                  sigma0=self.sigma0,
-                  activation=keras.activations.serialize(self.activation),
-                  resample_every_call=self.resample_every_call)
+    config.update(
+      units=self.units,
+      noise_type=self.noise_type,
+      sigma0=self.sigma0,
+      activation=keras.activations.serialize(self.activation),
+      resample_every_call=self.resample_every_call,
+    )
     return config

@@ -31,33 +31,46 @@ class RunningMeanStd(tf.Module):
     clip: normalised values are clipped to [-clip, clip]; None disables.
   """
 
-  def __init__(self, shape: Sequence[int], epsilon: float = 1e-8,
-               clip: Optional[float] = 10.0, name: str = "running_mean_std"):
+  def __init__(
+    self,
+    shape: Sequence[int],
+    epsilon: float = 1e-8,
+    clip: Optional[float] = 10.0,
+    name: str = "running_mean_std",
+  ):
     super().__init__(name=name)
     if not epsilon > 0:
-      raise ValueError(f"{name}: epsilon must be > 0 (it guards a division by "
-                       f"the std), got {epsilon}")
+      raise ValueError(
+        f"{name}: epsilon must be > 0 (it guards a division by "
+        f"the std), got {epsilon}"
+      )
     if clip is not None and not clip > 0:
       raise ValueError(f"{name}: clip must be > 0 or None, got {clip}")
     self.shape = tuple(int(d) for d in shape)
     self.epsilon = float(epsilon)
     self.clip = None if clip is None else float(clip)
     with self.name_scope:
-      self.count = tf.Variable(0.0, dtype=tf.float64, trainable=False,
-                               name="count")
+      self.count = tf.Variable(
+        0.0, dtype=tf.float64, trainable=False, name="count"
+      )
       # Before any update the transform is the identity (mean 0, var 1).
-      self.mean = tf.Variable(tf.zeros(self.shape, tf.float64),
-                              trainable=False, name="mean")
-      self.var = tf.Variable(tf.ones(self.shape, tf.float64),
-                             trainable=False, name="var")
+      self.mean = tf.Variable(
+        tf.zeros(self.shape, tf.float64), trainable=False, name="mean"
+      )
+      self.var = tf.Variable(
+        tf.ones(self.shape, tf.float64), trainable=False, name="var"
+      )
 
   def update(self, batch) -> None:
     """Merges a batch [N, *shape] into the statistics (N may be 0)."""
     batch = tf.cast(tf.convert_to_tensor(batch), tf.float64)
     if batch.shape.rank != len(self.shape) + 1 or (
-        not batch.shape[1:].is_compatible_with(self.shape)):
-      raise ValueError(f"{self.name}.update: batch must be [N, "
-                       f"*{list(self.shape)}], got shape {batch.shape}")
+      not batch.shape[1:].is_compatible_with(self.shape)
+    ):
+      raise ValueError(
+        f"{self.name}.update: batch must be [N, "
+        f"*{list(self.shape)}], got shape {batch.shape}"
+      )
     n = tf.cast(tf.shape(batch)[0], tf.float64)
     safe_n = tf.maximum(n, 1.0)
     batch_mean = tf.reduce_sum(batch, axis=0) / safe_n
@@ -66,8 +79,11 @@ class RunningMeanStd(tf.Module):
     safe_total = tf.maximum(total, 1.0)
     delta = batch_mean - self.mean
     new_mean = self.mean + delta * (n / safe_total)
-    m2 = (self.var * self.count + batch_var * n +
-          tf.square(delta) * (self.count * n / safe_total))
+    m2 = (
+      self.var * self.count
+      + batch_var * n
+      + tf.square(delta) * (self.count * n / safe_total)
+    )
     new_var = m2 / safe_total
     has_data = total > 0
     self.mean.assign(tf.where(has_data, new_mean, self.mean))
@@ -105,8 +121,14 @@ class RewardScaler(tf.Module):
     clip: scaled rewards are clipped to [-clip, clip]; None disables.
   """
 
-  def __init__(self, num_envs: int, gamma: float, epsilon: float = 1e-8,
-               clip: Optional[float] = 10.0, name: str = "reward_scaler"):
+  def __init__(
+    self,
+    num_envs: int,
+    gamma: float,
+    epsilon: float = 1e-8,
+    clip: Optional[float] = 10.0,
+    name: str = "reward_scaler",
+  ):
     super().__init__(name=name)
     if num_envs < 1:
       raise ValueError(f"{name}: num_envs must be >= 1, got {num_envs}")
@@ -115,14 +137,17 @@ class RewardScaler(tf.Module):
     self.num_envs = int(num_envs)
     self.gamma = float(gamma)
     with self.name_scope:
-      self.returns = tf.Variable(tf.zeros([self.num_envs], tf.float64),
-                                 trainable=False, name="returns")
-      self.return_stats = RunningMeanStd((), epsilon, clip=None,
-                                         name="return_stats")
+      self.returns = tf.Variable(
+        tf.zeros([self.num_envs], tf.float64), trainable=False, name="returns"
+      )
+      self.return_stats = RunningMeanStd(
+        (), epsilon, clip=None, name="return_stats"
+      )
     self.clip = None if clip is None else float(clip)
 
-  def update(self, rewards: np.ndarray, dones: np.ndarray,
-             env_ids: np.ndarray) -> None:
+  def update(
+    self, rewards: np.ndarray, dones: np.ndarray, env_ids: np.ndarray
+  ) -> None:
     """Advances the accumulators over time-major rewards and merges the stats.
 
     Args:
@@ -135,15 +160,22 @@ class RewardScaler(tf.Module):
     rewards = np.asarray(rewards, np.float64)
     dones = np.asarray(dones, bool)
     env_ids = np.asarray(env_ids)
-    if rewards.ndim != 2 or dones.shape != rewards.shape or (
-        env_ids.shape != rewards.shape[1:]):
-      raise ValueError(f"{self.name}.update: need rewards [T, B], dones "
-                       f"[T, B] and env_ids [B]; got {rewards.shape}, "
-                       f"{dones.shape}, {env_ids.shape}")
+    if (
+      rewards.ndim != 2
+      or dones.shape != rewards.shape
+      or (env_ids.shape != rewards.shape[1:])
+    ):
+      raise ValueError(
+        f"{self.name}.update: need rewards [T, B], dones "
+        f"[T, B] and env_ids [B]; got {rewards.shape}, "
+        f"{dones.shape}, {env_ids.shape}"
+      )
     if env_ids.size and (env_ids.min() < 0 or env_ids.max() >= self.num_envs):
-      raise ValueError(f"{self.name}.update: env ids must be in [0, "
-                       f"{self.num_envs}), got {env_ids.min()}..."
-                       f"{env_ids.max()}")
+      raise ValueError(
+        f"{self.name}.update: env ids must be in [0, "
+        f"{self.num_envs}), got {env_ids.min()}..."
+        f"{env_ids.max()}"
+      )
     # Column k is in round r if env_ids[k] appeared r times before it; each
     # round has distinct envs and is processed after the previous one.
     rounds = np.zeros(env_ids.shape, np.int64)
@@ -168,8 +200,9 @@ class RewardScaler(tf.Module):
 
   def scale(self, rewards) -> tf.Tensor:
     """Rewards [...] -> float32 rewards / std(returns), clipped."""
-    scaled = tf.cast(rewards, tf.float32) / tf.cast(self.return_stats.std,
-                                                    tf.float32)
+    scaled = tf.cast(rewards, tf.float32) / tf.cast(
+      self.return_stats.std, tf.float32
+    )
     if self.clip is not None:
       scaled = tf.clip_by_value(scaled, -self.clip, self.clip)
     return scaled

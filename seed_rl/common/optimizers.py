@@ -33,8 +33,9 @@ _OPTIMIZERS = ("adam", "rmsprop")
 LearningRate = Union[float, Callable[[tf.Tensor], tf.Tensor]]
 
 
-def linear_schedule(initial: float, decay_steps: int, final: float = 0.0
-                   ) -> Callable[[tf.Tensor], tf.Tensor]:
+def linear_schedule(
+  initial: float, decay_steps: int, final: float = 0.0
+) -> Callable[[tf.Tensor], tf.Tensor]:
   """step -> initial + (final - initial) * min(step / decay_steps, 1)."""
   initial, final = float(initial), float(final)
 
@@ -45,9 +46,11 @@ def linear_schedule(initial: float, decay_steps: int, final: float = 0.0
   return schedule
 
 
-def learning_rate_schedule(learning_rate: float,
-                           decay_steps: Optional[int] = None,
-                           final_learning_rate: float = 0.0) -> LearningRate:
+def learning_rate_schedule(
+  learning_rate: float,
+  decay_steps: Optional[int] = None,
+  final_learning_rate: float = 0.0,
+) -> LearningRate:
   """Constant, or linear decay to `final_learning_rate` over `decay_steps`.
 
   The schedule is driven by the optimizer's update counter, which is
@@ -58,11 +61,15 @@ def learning_rate_schedule(learning_rate: float,
   if decay_steps is None:
     return float(learning_rate)
   if decay_steps < 1:
-    raise ValueError(f"decay_steps must be >= 1 (or None for a constant "
-                     f"rate), got {decay_steps}")
+    raise ValueError(
+      f"decay_steps must be >= 1 (or None for a constant "
+      f"rate), got {decay_steps}"
+    )
   if not 0 <= final_learning_rate <= learning_rate:
-    raise ValueError(f"final_learning_rate must be in [0, learning_rate="
-                     f"{learning_rate}], got {final_learning_rate}")
+    raise ValueError(
+      f"final_learning_rate must be in [0, learning_rate="
+      f"{learning_rate}], got {final_learning_rate}"
+    )
   return linear_schedule(learning_rate, decay_steps, final_learning_rate)
 
 
@@ -83,8 +90,10 @@ def _tf_variable(variable) -> tf.Variable:
   inner = getattr(variable, "_value", None)
   if isinstance(inner, tf.Variable):
     return inner
-  raise TypeError(f"cannot optimise {variable!r}: not a tf.Variable or a "
-                  "Keras 3 variable on the TensorFlow backend")
+  raise TypeError(
+    f"cannot optimise {variable!r}: not a tf.Variable or a "
+    "Keras 3 variable on the TensorFlow backend"
+  )
 
 
 class Optimizer(tf.Module):
@@ -102,51 +111,68 @@ class Optimizer(tf.Module):
       (assignable when the rate is constant, as PPO's annealing does).
   """
 
-  def __init__(self, name: str, learning_rate: LearningRate,
-               variables: Sequence[tf.Variable], epsilon: float = 1e-7,
-               max_grad_norm: Optional[float] = None,
-               rmsprop_decay: float = 0.99, momentum: float = 0.0,
-               beta_1: float = 0.9, beta_2: float = 0.999):
+  def __init__(
+    self,
+    name: str,
+    learning_rate: LearningRate,
+    variables: Sequence[tf.Variable],
+    epsilon: float = 1e-7,
+    max_grad_norm: Optional[float] = None,
+    rmsprop_decay: float = 0.99,
+    momentum: float = 0.0,
+    beta_1: float = 0.9,
+    beta_2: float = 0.999,
+  ):
     super().__init__(name=f"{name}_optimizer")
     if name not in _OPTIMIZERS:
-      raise ValueError(f"optimizer {name!r} is unknown; allowed: "
-                       f"{', '.join(_OPTIMIZERS)}")
+      raise ValueError(
+        f"optimizer {name!r} is unknown; allowed: {', '.join(_OPTIMIZERS)}"
+      )
     if not epsilon > 0:
       raise ValueError(f"optimizer epsilon must be > 0, got {epsilon}")
     if max_grad_norm is not None and max_grad_norm < 0:
-      raise ValueError(f"max_grad_norm must be >= 0 (0 or None disables "
-                       f"clipping), got {max_grad_norm}")
+      raise ValueError(
+        f"max_grad_norm must be >= 0 (0 or None disables "
+        f"clipping), got {max_grad_norm}"
+      )
     self.kind = name
     self._schedule = learning_rate if callable(learning_rate) else None
-    initial = (float(learning_rate) if self._schedule is None
-               else float(self._schedule(tf.constant(0, tf.int64))))
-    self.learning_rate = tf.Variable(initial, dtype=tf.float32,
-                                     trainable=False, name="learning_rate")
-    self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                  name="iterations")
-    self.nonfinite_updates = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                         name="nonfinite_updates")
+    initial = (
+      float(learning_rate)
+      if self._schedule is None
+      else float(self._schedule(tf.constant(0, tf.int64)))
+    )
+    self.learning_rate = tf.Variable(
+      initial, dtype=tf.float32, trainable=False, name="learning_rate"
+    )
+    self.iterations = tf.Variable(
+      0, dtype=tf.int64, trainable=False, name="iterations"
+    )
+    self.nonfinite_updates = tf.Variable(
+      0, dtype=tf.int64, trainable=False, name="nonfinite_updates"
+    )
     self.epsilon = float(epsilon)
     self.max_grad_norm = float(max_grad_norm) if max_grad_norm else None
     self.rmsprop_decay, self.momentum = float(rmsprop_decay), float(momentum)
     self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
     variables = [_tf_variable(v) for v in variables]
     self._refs = [v.ref() for v in variables]
-    zeros = lambda v, slot: tf.Variable(tf.zeros_like(v), trainable=False,
-                                        name=f"{slot}_{i}")
+    zeros = lambda v, slot, i: tf.Variable(
+      tf.zeros_like(v), trainable=False, name=f"{slot}_{i}"
+    )
     # Lists of variables on a tf.Module are tracked by tf.train.Checkpoint.
     self.slot_a, self.slot_b = [], []
     for i, v in enumerate(variables):
-      self.slot_a.append(zeros(v, "m" if name == "adam" else "ms"))
-      self.slot_b.append(zeros(v, "v" if name == "adam" else "mom"))
+      self.slot_a.append(zeros(v, "m" if name == "adam" else "ms", i))
+      self.slot_b.append(zeros(v, "v" if name == "adam" else "mom", i))
 
   @property
   def slots(self) -> Tuple[tf.Variable, ...]:
     return tuple(self.slot_a) + tuple(self.slot_b)
 
-  def apply_gradients(self, grads_and_vars: Iterable[Tuple[tf.Tensor,
-                                                           tf.Variable]]
-                     ) -> tf.Tensor:
+  def apply_gradients(
+    self, grads_and_vars: Iterable[Tuple[tf.Tensor, tf.Variable]]
+  ) -> tf.Tensor:
     """Clips, then applies one update; returns the global norm before clip.
 
     A non-finite norm (some gradient is NaN or inf) skips the update.
@@ -173,44 +199,65 @@ class Optimizer(tf.Module):
 
   def _apply(self, grads, variables, slots, norm) -> None:
     if self.max_grad_norm:
-      grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm,
-                                        use_norm=norm)
+      grads, _ = tf.clip_by_global_norm(
+        grads, self.max_grad_norm, use_norm=norm
+      )
     step = self.iterations.assign_add(1)
     if self._schedule is not None:
       self.learning_rate.assign(self._schedule(step - 1))
     lr = tf.convert_to_tensor(self.learning_rate)
     if self.kind == "adam":
       t = tf.cast(step, tf.float32)
-      b1_power, b2_power = self.beta_1 ** t, self.beta_2 ** t
+      b1_power, b2_power = self.beta_1**t, self.beta_2**t
       for g, v, i in zip(grads, variables, slots):
         tf.raw_ops.ResourceApplyAdam(
-            var=v.handle, m=self.slot_a[i].handle, v=self.slot_b[i].handle,
-            beta1_power=b1_power, beta2_power=b2_power, lr=lr,
-            beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon,
-            grad=tf.cast(g, v.dtype))
+          var=v.handle,
+          m=self.slot_a[i].handle,
+          v=self.slot_b[i].handle,
+          beta1_power=b1_power,
+          beta2_power=b2_power,
+          lr=lr,
+          beta1=self.beta_1,
+          beta2=self.beta_2,
+          epsilon=self.epsilon,
+          grad=tf.cast(g, v.dtype),
+        )
     else:
       for g, v, i in zip(grads, variables, slots):
         tf.raw_ops.ResourceApplyRMSProp(
-            var=v.handle, ms=self.slot_a[i].handle, mom=self.slot_b[i].handle,
-            lr=lr, rho=self.rmsprop_decay, momentum=self.momentum,
-            epsilon=self.epsilon, grad=tf.cast(g, v.dtype))
+          var=v.handle,
+          ms=self.slot_a[i].handle,
+          mom=self.slot_b[i].handle,
+          lr=lr,
+          rho=self.rmsprop_decay,
+          momentum=self.momentum,
+          epsilon=self.epsilon,
+          grad=tf.cast(g, v.dtype),
+        )
 
 
-def make_optimizer(name: str,
-                   learning_rate: LearningRate,
-                   epsilon: float = 1e-7,
-                   max_grad_norm: Optional[float] = None,
-                   rmsprop_decay: float = 0.99,
-                   momentum: float = 0.0,
-                   variables: Optional[Sequence[tf.Variable]] = None
-                  ) -> Optimizer:
+def make_optimizer(
+  name: str,
+  learning_rate: LearningRate,
+  epsilon: float = 1e-7,
+  max_grad_norm: Optional[float] = None,
+  rmsprop_decay: float = 0.99,
+  momentum: float = 0.0,
+  variables: Optional[Sequence[tf.Variable]] = None,
+) -> Optimizer:
   """Builds an `Optimizer` for `variables` (required: slots are made now,
   so a checkpoint restores into it before the first training step)."""
   if variables is None:
     raise ValueError("make_optimizer needs the variables it will train")
-  return Optimizer(name, learning_rate, list(variables), epsilon=epsilon,
-                   max_grad_norm=max_grad_norm, rmsprop_decay=rmsprop_decay,
-                   momentum=momentum)
+  return Optimizer(
+    name,
+    learning_rate,
+    list(variables),
+    epsilon=epsilon,
+    max_grad_norm=max_grad_norm,
+    rmsprop_decay=rmsprop_decay,
+    momentum=momentum,
+  )
 
 
 def learner_step_counter() -> tf.Variable:

@@ -57,12 +57,16 @@ class SumTree:
   def _check_indices(self, indices: np.ndarray, what: str) -> np.ndarray:
     indices = np.asarray(indices)
     if indices.ndim != 1 or not np.issubdtype(indices.dtype, np.integer):
-      raise ValueError(f"SumTree.{what}: indices must be a 1-D integer array, "
-                       f"got shape {list(indices.shape)} dtype {indices.dtype}")
+      raise ValueError(
+        f"SumTree.{what}: indices must be a 1-D integer array, "
+        f"got shape {list(indices.shape)} dtype {indices.dtype}"
+      )
     if indices.size and (indices.min() < 0 or indices.max() >= self.capacity):
-      raise ValueError(f"SumTree.{what}: indices must lie in [0, "
-                       f"{self.capacity}), got range [{indices.min()}, "
-                       f"{indices.max()}]")
+      raise ValueError(
+        f"SumTree.{what}: indices must lie in [0, "
+        f"{self.capacity}), got range [{indices.min()}, "
+        f"{indices.max()}]"
+      )
     return indices.astype(np.int64)
 
   def set(self, indices: np.ndarray, priorities: np.ndarray) -> None:
@@ -71,12 +75,16 @@ class SumTree:
     indices = self._check_indices(indices, "set")
     priorities = np.asarray(priorities, np.float64)
     if priorities.shape != indices.shape:
-      raise ValueError(f"SumTree.set: priorities shape {list(priorities.shape)}"
-                       f" != indices shape {list(indices.shape)}")
+      raise ValueError(
+        f"SumTree.set: priorities shape {list(priorities.shape)}"
+        f" != indices shape {list(indices.shape)}"
+      )
     bad = ~(np.isfinite(priorities) & (priorities >= 0))
     if np.any(bad):
-      raise ValueError("SumTree.set: priorities must be finite and >= 0, got "
-                       f"{priorities[bad][:5]}")
+      raise ValueError(
+        "SumTree.set: priorities must be finite and >= 0, got "
+        f"{priorities[bad][:5]}"
+      )
     if indices.size == 0:
       return
     # Last occurrence wins: unique() on the reversed array keeps first hits.
@@ -107,13 +115,20 @@ class SumTree:
     if total <= 0.0:
       raise ValueError("SumTree.find_prefix_sum: the tree is empty (total 0)")
     if values.ndim != 1:
-      raise ValueError("SumTree.find_prefix_sum: values must be 1-D, got "
-                       f"shape {list(values.shape)}")
-    if values.size and (not np.all(np.isfinite(values)) or values.min() < 0
-                        or values.max() > total * (1.0 + 1e-9)):
-      raise ValueError("SumTree.find_prefix_sum: values must lie in "
-                       f"[0, total={total}], got range [{values.min()}, "
-                       f"{values.max()}]")
+      raise ValueError(
+        "SumTree.find_prefix_sum: values must be 1-D, got "
+        f"shape {list(values.shape)}"
+      )
+    if values.size and (
+      not np.all(np.isfinite(values))
+      or values.min() < 0
+      or values.max() > total * (1.0 + 1e-9)
+    ):
+      raise ValueError(
+        "SumTree.find_prefix_sum: values must lie in "
+        f"[0, total={total}], got range [{values.min()}, "
+        f"{values.max()}]"
+      )
     nodes = np.ones(values.shape, np.int64)
     for _ in range(self._depth):
       left = 2 * nodes
@@ -142,14 +157,20 @@ class PrioritizedReplay:
     seed: seed of the sampling generator.
   """
 
-  def __init__(self, capacity: int, priority_exponent: float = 0.9,
-               importance_sampling_exponent: float = 0.6,
-               uniform: bool = False, seed: Optional[int] = None):
+  def __init__(
+    self,
+    capacity: int,
+    priority_exponent: float = 0.9,
+    importance_sampling_exponent: float = 0.6,
+    uniform: bool = False,
+    seed: Optional[int] = None,
+  ):
     if capacity < 1:
       raise ValueError(f"replay capacity must be >= 1 item, got {capacity}")
     if priority_exponent < 0:
-      raise ValueError("priority_exponent (alpha) must be >= 0, got "
-                       f"{priority_exponent}")
+      raise ValueError(
+        f"priority_exponent (alpha) must be >= 0, got {priority_exponent}"
+      )
     self._capacity = int(capacity)
     self._alpha = float(priority_exponent)
     self.set_importance_sampling_exponent(importance_sampling_exponent)
@@ -200,28 +221,35 @@ class PrioritizedReplay:
 
   def set_importance_sampling_exponent(self, beta: float) -> None:
     if not 0.0 <= beta <= 1.0:
-      raise ValueError("importance_sampling_exponent (beta) must lie in "
-                       f"[0, 1], got {beta}")
+      raise ValueError(
+        f"importance_sampling_exponent (beta) must lie in [0, 1], got {beta}"
+      )
     self._beta = float(beta)
 
   def _check_priorities(self, priorities, n: int, what: str) -> np.ndarray:
     priorities = np.asarray(priorities, np.float64)
     if priorities.shape != (n,):
-      raise ValueError(f"{what}: priorities shape {list(priorities.shape)}, "
-                       f"expected [{n}]")
+      raise ValueError(
+        f"{what}: priorities shape {list(priorities.shape)}, expected [{n}]"
+      )
     bad = ~(np.isfinite(priorities) & (priorities >= 0))
     if np.any(bad):
-      raise ValueError(f"{what}: priorities must be finite and >= 0, got "
-                       f"{priorities[bad][:5]}")
+      raise ValueError(
+        f"{what}: priorities must be finite and >= 0, got {priorities[bad][:5]}"
+      )
     return priorities
 
   def _allocate(self, items: Mapping[str, np.ndarray]) -> None:
     self._storage = {
-        key: np.empty((self._capacity,) + value.shape[1:], value.dtype)
-        for key, value in items.items()}
+      key: np.empty((self._capacity,) + value.shape[1:], value.dtype)
+      for key, value in items.items()
+    }
 
-  def insert(self, items: Mapping[str, np.ndarray],
-             priorities: Optional[np.ndarray] = None) -> None:
+  def insert(
+    self,
+    items: Mapping[str, np.ndarray],
+    priorities: Optional[np.ndarray] = None,
+  ) -> None:
     """Stores a batch of items, evicting the oldest when full.
 
     Args:
@@ -233,31 +261,39 @@ class PrioritizedReplay:
     if not items:
       raise ValueError("PrioritizedReplay.insert: items is empty")
     items = {key: np.asarray(value) for key, value in items.items()}
-    sizes = {key: (value.shape[0] if value.ndim else None)
-             for key, value in items.items()}
+    sizes = {
+      key: (value.shape[0] if value.ndim else None)
+      for key, value in items.items()
+    }
     batch = next(iter(sizes.values()))
     if batch is None or any(s != batch for s in sizes.values()):
-      raise ValueError("PrioritizedReplay.insert: every item needs the same "
-                       f"leading batch dimension, got {sizes}")
+      raise ValueError(
+        "PrioritizedReplay.insert: every item needs the same "
+        f"leading batch dimension, got {sizes}"
+      )
     if priorities is not None:
-      priorities = self._check_priorities(priorities, batch,
-                                          "PrioritizedReplay.insert")
+      priorities = self._check_priorities(
+        priorities, batch, "PrioritizedReplay.insert"
+      )
     if batch == 0:
       return
     with self._lock:
       if self._storage is None:
         self._allocate(items)
       if set(items) != set(self._storage):
-        raise ValueError("PrioritizedReplay.insert: item names "
-                         f"{sorted(items)} differ from the stored "
-                         f"{sorted(self._storage)}")
+        raise ValueError(
+          "PrioritizedReplay.insert: item names "
+          f"{sorted(items)} differ from the stored "
+          f"{sorted(self._storage)}"
+        )
       for key, value in items.items():
         stored = self._storage[key]
         if value.dtype != stored.dtype or value.shape[1:] != stored.shape[1:]:
           raise ValueError(
-              f"PrioritizedReplay.insert: item '{key}' is {value.dtype.name} "
-              f"{list(value.shape[1:])} per element, the replay stores "
-              f"{stored.dtype.name} {list(stored.shape[1:])}")
+            f"PrioritizedReplay.insert: item '{key}' is {value.dtype.name} "
+            f"{list(value.shape[1:])} per element, the replay stores "
+            f"{stored.dtype.name} {list(stored.shape[1:])}"
+          )
       # More items than capacity: only the newest `capacity` survive anyway.
       keep = slice(max(0, batch - self._capacity), batch)
       n = keep.stop - keep.start
@@ -271,12 +307,13 @@ class PrioritizedReplay:
         else:
           raw = np.maximum(priorities[keep], MIN_PRIORITY)
           self._max_priority = max(self._max_priority, float(raw.max()))
-        self._tree.set(slots, raw ** self._alpha)
+        self._tree.set(slots, raw**self._alpha)
       self._next = int((self._next + n) % self._capacity)
       self._size = min(self._size + n, self._capacity)
 
-  def sample(self, batch_size: int
-             ) -> Tuple[np.ndarray, Dict[str, np.ndarray], np.ndarray]:
+  def sample(
+    self, batch_size: int
+  ) -> Tuple[np.ndarray, Dict[str, np.ndarray], np.ndarray]:
     """Draws `batch_size` items with replacement.
 
     Prioritized draws are stratified: one draw from each of `batch_size`
@@ -309,21 +346,26 @@ class PrioritizedReplay:
       keys = self._generation[slots] * self._capacity + slots
     return keys.astype(np.int64), items, weights
 
-  def update_priorities(self, indices: np.ndarray,
-                        priorities: np.ndarray) -> None:
+  def update_priorities(
+    self, indices: np.ndarray, priorities: np.ndarray
+  ) -> None:
     """Sets raw priorities [n] (exponent applied here) for keys [n] from
     `sample`; keys whose slot was overwritten since are ignored. A no-op
     (after validation) for a uniform replay."""
     indices = np.asarray(indices)
     if indices.ndim != 1 or not np.issubdtype(indices.dtype, np.integer):
-      raise ValueError("update_priorities: indices must be the 1-D int64 keys "
-                       f"returned by sample, got shape {list(indices.shape)} "
-                       f"dtype {indices.dtype}")
-    priorities = self._check_priorities(priorities, indices.shape[0],
-                                        "update_priorities")
+      raise ValueError(
+        "update_priorities: indices must be the 1-D int64 keys "
+        f"returned by sample, got shape {list(indices.shape)} "
+        f"dtype {indices.dtype}"
+      )
+    priorities = self._check_priorities(
+      priorities, indices.shape[0], "update_priorities"
+    )
     if np.any(indices < 0):
-      raise ValueError("update_priorities: keys must be >= 0 (as returned by "
-                       "sample)")
+      raise ValueError(
+        "update_priorities: keys must be >= 0 (as returned by sample)"
+      )
     if self._tree is None or indices.size == 0:
       return
     slots = indices % self._capacity
@@ -334,7 +376,7 @@ class PrioritizedReplay:
         return
       raw = np.maximum(priorities[fresh], MIN_PRIORITY)
       self._max_priority = max(self._max_priority, float(raw.max()))
-      self._tree.set(slots[fresh], raw ** self._alpha)
+      self._tree.set(slots[fresh], raw**self._alpha)
 
 
 class RateLimiter:
@@ -359,14 +401,22 @@ class RateLimiter:
     error_buffer: allowed deviation of D from 0, in sampled items.
   """
 
-  def __init__(self, samples_per_insert: float, min_size_to_sample: int,
-               error_buffer: float):
+  def __init__(
+    self,
+    samples_per_insert: float,
+    min_size_to_sample: int,
+    error_buffer: float,
+  ):
     if not samples_per_insert > 0:
-      raise ValueError("samples_per_insert must be > 0 (else training never "
-                       f"samples), got {samples_per_insert}")
+      raise ValueError(
+        "samples_per_insert must be > 0 (else training never "
+        f"samples), got {samples_per_insert}"
+      )
     if min_size_to_sample < 1:
-      raise ValueError("min_size_to_sample must be >= 1 (sampling an empty "
-                       f"replay fails), got {min_size_to_sample}")
+      raise ValueError(
+        "min_size_to_sample must be >= 1 (sampling an empty "
+        f"replay fails), got {min_size_to_sample}"
+      )
     if not error_buffer > 0:
       raise ValueError(f"error_buffer must be > 0, got {error_buffer}")
     self.samples_per_insert = float(samples_per_insert)
@@ -380,12 +430,15 @@ class RateLimiter:
     self._sample_wait_s = 0.0
 
   def _slack(self) -> float:
-    return ((self._inserted - self.min_size_to_sample) * self.samples_per_insert
-            - self._sampled)
+    return (
+      self._inserted - self.min_size_to_sample
+    ) * self.samples_per_insert - self._sampled
 
   def _can_sample(self, n: int) -> bool:
-    return (self._inserted >= self.min_size_to_sample
-            and self._slack() - n >= -self.error_buffer)
+    return (
+      self._inserted >= self.min_size_to_sample
+      and self._slack() - n >= -self.error_buffer
+    )
 
   def await_insert(self, n: int, timeout: Optional[float] = None) -> bool:
     """Counts n inserted items, then waits while training lags.
@@ -399,8 +452,8 @@ class RateLimiter:
       self._inserted += n
       self._cond.notify_all()
       ok = self._cond.wait_for(
-          lambda: self._stopped or self._slack() <= self.error_buffer,
-          timeout)
+        lambda: self._stopped or self._slack() <= self.error_buffer, timeout
+      )
       self._insert_wait_s += time.monotonic() - start
       return bool(ok) and not self._stopped
 
@@ -414,13 +467,15 @@ class RateLimiter:
       raise ValueError(f"await_sample: n must be >= 1, got {n}")
     if n > 2 * self.error_buffer:
       raise ValueError(
-          f"await_sample({n}): a sample batch larger than 2 * error_buffer "
-          f"({2 * self.error_buffer:g}) can deadlock with await_insert; "
-          "raise error_buffer or lower the batch size")
+        f"await_sample({n}): a sample batch larger than 2 * error_buffer "
+        f"({2 * self.error_buffer:g}) can deadlock with await_insert; "
+        "raise error_buffer or lower the batch size"
+      )
     start = time.monotonic()
     with self._cond:
       ok = self._cond.wait_for(
-          lambda: self._stopped or self._can_sample(n), timeout)
+        lambda: self._stopped or self._can_sample(n), timeout
+      )
       self._sample_wait_s += time.monotonic() - start
       if not ok or self._stopped:
         return False
@@ -459,10 +514,11 @@ class RateLimiter:
   def metrics(self) -> Dict[str, float]:
     with self._cond:
       return {
-          "replay/inserted": float(self._inserted),
-          "replay/sampled": float(self._sampled),
-          "replay/samples_per_insert": (
-              self._sampled / max(1, self._inserted - self.min_size_to_sample)),
-          "replay/insert_wait_s": self._insert_wait_s,
-          "replay/sample_wait_s": self._sample_wait_s,
+        "replay/inserted": float(self._inserted),
+        "replay/sampled": float(self._sampled),
+        "replay/samples_per_insert": (
+          self._sampled / max(1, self._inserted - self.min_size_to_sample)
+        ),
+        "replay/insert_wait_s": self._insert_wait_s,
+        "replay/sample_wait_s": self._sample_wait_s,
       }

@@ -40,11 +40,14 @@ class ArraySpec:
       value = getattr(self, field)
       if value is not None:
         object.__setattr__(
-            self, field,
-            np.broadcast_to(np.asarray(value, self.dtype), self.shape).copy())
+          self,
+          field,
+          np.broadcast_to(np.asarray(value, self.dtype), self.shape).copy(),
+        )
     if self.num_values is not None and self.num_values < 1:
-      raise ValueError(f"{self.name or 'spec'}: num_values must be >= 1, "
-                       f"got {self.num_values}")
+      raise ValueError(
+        f"{self.name or 'spec'}: num_values must be >= 1, got {self.num_values}"
+      )
 
   @property
   def is_discrete(self) -> bool:
@@ -61,11 +64,14 @@ class ArraySpec:
     caller, which knows which ones matter.
     """
     if array.dtype != np.dtype(self.dtype):
-      raise ValueError(f"{what}: dtype {array.dtype.name}, expected {self.dtype}")
+      raise ValueError(
+        f"{what}: dtype {array.dtype.name}, expected {self.dtype}"
+      )
     expected = (batch_size,) + self.shape
     if array.shape != expected:
-      raise ValueError(f"{what}: shape {list(array.shape)}, expected "
-                       f"{list(expected)}")
+      raise ValueError(
+        f"{what}: shape {list(array.shape)}, expected {list(expected)}"
+      )
 
   def replace(self, **kwargs) -> "ArraySpec":
     return dataclasses.replace(self, **kwargs)

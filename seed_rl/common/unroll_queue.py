@@ -31,11 +31,12 @@ def concat_unrolls(unrolls: List[Unroll]) -> Unroll:
     values = [getattr(unroll, field.name) for unroll in unrolls]
     if field.name == "extras":
       fields[field.name] = {
-          name: np.concatenate([v[name] for v in values]) for name in values[0]
+        name: np.concatenate([v[name] for v in values]) for name in values[0]
       }
     elif field.name == "core_state":
       fields[field.name] = tuple(
-          np.concatenate(parts) for parts in zip(*values))
+        np.concatenate(parts) for parts in zip(*values)
+      )
     else:
       fields[field.name] = np.concatenate(values)
   return Unroll(**fields)
@@ -46,8 +47,10 @@ class UnrollQueue:
 
   def __init__(self, capacity: int, batch_size: int):
     if batch_size < 1 or capacity < batch_size:
-      raise ValueError(f"UnrollQueue needs 1 <= batch_size <= capacity, got "
-                       f"batch_size={batch_size}, capacity={capacity}")
+      raise ValueError(
+        f"UnrollQueue needs 1 <= batch_size <= capacity, got "
+        f"batch_size={batch_size}, capacity={capacity}"
+      )
     self.capacity = capacity
     self.batch_size = batch_size
     self._pieces = collections.deque()
@@ -88,8 +91,7 @@ class UnrollQueue:
       while needed:
         piece = self._pieces.popleft()
         if piece.batch_size > needed:
-          self._pieces.appendleft(
-              slice_unroll(piece, needed, piece.batch_size))
+          self._pieces.appendleft(slice_unroll(piece, needed, piece.batch_size))
           piece = slice_unroll(piece, 0, needed)
         parts.append(piece)
         needed -= piece.batch_size

@@ -27,9 +27,11 @@ class UnrollStore:
     if length < 2:
       raise ValueError(f"an unroll needs >= 2 steps, got length={length}")
     if not 1 <= overlap < length:
-      raise ValueError(f"overlap must be in [1, {length}), got {overlap}: "
-                       "consecutive unrolls must share at least the boundary "
-                       "step and must advance")
+      raise ValueError(
+        f"overlap must be in [1, {length}), got {overlap}: "
+        "consecutive unrolls must share at least the boundary "
+        "step and must advance"
+      )
     self.num_envs = num_envs
     self.length = length
     self.overlap = overlap
@@ -38,15 +40,19 @@ class UnrollStore:
 
   def _allocate(self, step: Dict[str, np.ndarray]) -> None:
     self._buffers = {
-        name: np.zeros((self.num_envs, self.length) + value.shape[1:],
-                       value.dtype) for name, value in step.items()}
+      name: np.zeros(
+        (self.num_envs, self.length) + value.shape[1:], value.dtype
+      )
+      for name, value in step.items()
+    }
 
   def reset(self, env_ids: np.ndarray) -> None:
     """Drops the partial unrolls of `env_ids` (e.g. after an actor restart)."""
     self._pos[env_ids] = 0
 
-  def append(self, env_ids: np.ndarray,
-             step: Dict[str, np.ndarray]) -> Optional[Dict[str, np.ndarray]]:
+  def append(
+    self, env_ids: np.ndarray, step: Dict[str, np.ndarray]
+  ) -> Optional[Dict[str, np.ndarray]]:
     """Appends one step per env; returns completed unrolls or None.
 
     Args:
@@ -72,6 +78,6 @@ class UnrollStore:
     for name, buffer in self._buffers.items():
       rows = buffer[full]
       out[name] = rows
-      buffer[full, :keep] = rows[:, self.length - keep:]
+      buffer[full, :keep] = rows[:, self.length - keep :]
     self._pos[full] = keep
     return out

@@ -21,15 +21,24 @@ from seed_rl.grpc import codec
 from seed_rl.grpc import protocol
 from seed_rl.grpc import seed_rl_pb2
 from seed_rl.grpc import seed_rl_pb2_grpc
-from seed_rl.grpc.errors import (AuthenticationError, LearnerError,
-                                 LearnerUnavailableError, ProtocolError,
-                                 SessionSupersededError, SpecMismatchError)
+from seed_rl.grpc.errors import (
+  AuthenticationError,
+  LearnerError,
+  LearnerUnavailableError,
+  ProtocolError,
+  SessionSupersededError,
+  SpecMismatchError,
+)
 from seed_rl.grpc.security import ClientSecurity
 
 __all__ = [
-    "ActorClient", "AuthenticationError", "LearnerError",
-    "LearnerUnavailableError", "ProtocolError", "SessionSupersededError",
-    "SpecMismatchError"
+  "ActorClient",
+  "AuthenticationError",
+  "LearnerError",
+  "LearnerUnavailableError",
+  "ProtocolError",
+  "SessionSupersededError",
+  "SpecMismatchError",
 ]
 
 _INITIAL_BACKOFF_S = 0.05
@@ -37,8 +46,10 @@ _INITIAL_BACKOFF_S = 0.05
 # not answer in this long is treated as not up yet.
 _HELLO_ATTEMPT_TIMEOUT_S = 10.0
 _LOG_INTERVAL_S = 5.0
-_RETRIABLE_HELLO_CODES = (grpc.StatusCode.UNAVAILABLE,
-                          grpc.StatusCode.DEADLINE_EXCEEDED)
+_RETRIABLE_HELLO_CODES = (
+  grpc.StatusCode.UNAVAILABLE,
+  grpc.StatusCode.DEADLINE_EXCEEDED,
+)
 
 
 class _RequestQueue:
@@ -94,20 +105,25 @@ def _error_from_rpc(error: grpc.RpcError, what: str) -> Exception:
     return SessionSupersededError(details, code)
   if code == grpc.StatusCode.UNAUTHENTICATED:
     return AuthenticationError(f"learner refused {what}: {details}", code)
-  if code in (grpc.StatusCode.INVALID_ARGUMENT,
-              grpc.StatusCode.FAILED_PRECONDITION):
+  if code in (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+  ):
     return ProtocolError(f"learner rejected {what}: {details}", code)
   if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-    details += (" (every learner worker thread holds an actor's stream; raise "
-                "the learner's max_workers above the number of actors)")
+    details += (
+      " (every learner worker thread holds an actor's stream; raise "
+      "the learner's max_workers above the number of actors)"
+    )
   return LearnerError(f"{what} failed: {code.name}: {details}", code)
 
 
 def _learner_went_away(error: grpc.RpcError) -> bool:
   code = error.code()
-  return (code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) or
-          (code == grpc.StatusCode.ABORTED and
-           _reason(error) == protocol.REASON_LEARNER_RESTARTED))
+  return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) or (
+    code == grpc.StatusCode.ABORTED
+    and _reason(error) == protocol.REASON_LEARNER_RESTARTED
+  )
 
 
 class ActorClient:
@@ -117,11 +133,17 @@ class ActorClient:
   [actor_id*K, (actor_id+1)*K) (the learner confirms them in Hello).
   """
 
-  def __init__(self, address: str, actor_id: int, num_envs: int,
-               observation_spec: ArraySpec, action_spec: ArraySpec,
-               connect_timeout_s: Optional[float] = None,
-               max_backoff_s: float = 5.0,
-               security: Optional[ClientSecurity] = None):
+  def __init__(
+    self,
+    address: str,
+    actor_id: int,
+    num_envs: int,
+    observation_spec: ArraySpec,
+    action_spec: ArraySpec,
+    connect_timeout_s: Optional[float] = None,
+    max_backoff_s: float = 5.0,
+    security: Optional[ClientSecurity] = None,
+  ):
     """Creates the client; call connect() (or step(), which connects).
 
     Args:
@@ -140,8 +162,10 @@ class ActorClient:
     if num_envs < 1:
       raise ValueError(f"num_envs: {num_envs}, expected >= 1")
     if connect_timeout_s is not None and connect_timeout_s <= 0:
-      raise ValueError(f"connect_timeout_s: {connect_timeout_s}, expected > 0 "
-                       f"or None (wait forever)")
+      raise ValueError(
+        f"connect_timeout_s: {connect_timeout_s}, expected > 0 "
+        f"or None (wait forever)"
+      )
     if max_backoff_s <= 0:
       raise ValueError(f"max_backoff_s: {max_backoff_s}, expected > 0")
     self._address = address
@@ -154,13 +178,17 @@ class ActorClient:
     self._connect_timeout_s = connect_timeout_s
     self._max_backoff_s = max_backoff_s
     self._hello_request = seed_rl_pb2.HelloRequest(
-        protocol_version=protocol.PROTOCOL_VERSION, actor_id=actor_id,
-        num_envs=num_envs, observation_spec=codec.encode_spec(observation_spec),
-        action_spec=codec.encode_spec(action_spec))
+      protocol_version=protocol.PROTOCOL_VERSION,
+      actor_id=actor_id,
+      num_envs=num_envs,
+      observation_spec=codec.encode_spec(observation_spec),
+      action_spec=codec.encode_spec(action_spec),
+    )
     self._security = security or ClientSecurity()
     self._auth = tuple(self._security.metadata() or ())
     self._channel = self._security.channel(
-        address, protocol.channel_options(max_backoff_s))
+      address, protocol.channel_options(max_backoff_s)
+    )
     self._stub = seed_rl_pb2_grpc.SeedRLStub(self._channel)
     self._hello: Optional[seed_rl_pb2.HelloResponse] = None
     self._requests: Optional[_RequestQueue] = None
@@ -197,30 +225,42 @@ class ActorClient:
 
   def _say_hello(self) -> seed_rl_pb2.HelloResponse:
     start = time.monotonic()
-    deadline = (None if self._connect_timeout_s is None else
-                start + self._connect_timeout_s)
+    deadline = (
+      None
+      if self._connect_timeout_s is None
+      else start + self._connect_timeout_s
+    )
     delay = _INITIAL_BACKOFF_S
     while True:
       attempt_timeout = _HELLO_ATTEMPT_TIMEOUT_S
       if deadline is not None:
-        attempt_timeout = max(0.01, min(attempt_timeout,
-                                        deadline - time.monotonic()))
+        attempt_timeout = max(
+          0.01, min(attempt_timeout, deadline - time.monotonic())
+        )
       try:
-        return self._stub.Hello(self._hello_request, timeout=attempt_timeout,
-                                metadata=self._auth or None)
+        return self._stub.Hello(
+          self._hello_request,
+          timeout=attempt_timeout,
+          metadata=self._auth or None,
+        )
       except grpc.RpcError as e:
         if e.code() not in _RETRIABLE_HELLO_CODES:
           raise _error_from_rpc(e, "Hello") from None
         now = time.monotonic()
         if deadline is not None and now >= deadline:
           raise LearnerUnavailableError(
-              f"no learner answered at {self._address} within "
-              f"{self._connect_timeout_s}s (last: {e.code().name}: "
-              f"{e.details()})") from None
+            f"no learner answered at {self._address} within "
+            f"{self._connect_timeout_s}s (last: {e.code().name}: "
+            f"{e.details()})"
+          ) from None
         if self._log_throttle.ready():
-          logging.warning("Actor %d waiting for the learner at %s (%s), %.0fs "
-                          "so far", self._actor_id, self._address,
-                          e.code().name, now - start)
+          logging.warning(
+            "Actor %d waiting for the learner at %s (%s), %.0fs so far",
+            self._actor_id,
+            self._address,
+            e.code().name,
+            now - start,
+          )
         pause = delay if deadline is None else min(delay, deadline - now)
         time.sleep(max(0.0, pause))
         delay = min(delay * 2, self._max_backoff_s)
@@ -237,8 +277,10 @@ class ActorClient:
     self._check_open()
     self._drop_stream()
     hello = self._say_hello()
-    for field, actor_spec in (("observation_spec", self._observation_spec),
-                              ("action_spec", self._action_spec)):
+    for field, actor_spec in (
+      ("observation_spec", self._observation_spec),
+      ("action_spec", self._action_spec),
+    ):
       learner_spec = codec.decode_spec(getattr(hello, field), field)
       mismatch = codec.spec_mismatch(learner_spec, actor_spec, field)
       if mismatch is not None:
@@ -246,9 +288,10 @@ class ActorClient:
     self._hello = hello
     self._requests = _RequestQueue()
     self._responses = self._stub.Step(
-        self._requests,
-        metadata=((protocol.SESSION_METADATA_KEY, hello.session_id),)
-        + self._auth)
+      self._requests,
+      metadata=((protocol.SESSION_METADATA_KEY, hello.session_id),)
+      + self._auth,
+    )
 
   def _drop_stream(self) -> None:
     if self._requests is not None:
@@ -263,12 +306,15 @@ class ActorClient:
       actions = codec.decode_tensor(response.action, "action")
     except ValueError as e:
       raise ProtocolError(f"learner sent malformed actions: {e}") from None
-    if (actions.shape != self._expected_action_shape or
-        actions.dtype != self._action_dtype):
+    if (
+      actions.shape != self._expected_action_shape
+      or actions.dtype != self._action_dtype
+    ):
       raise ProtocolError(
-          f"learner sent actions {actions.dtype.name} {list(actions.shape)}, "
-          f"expected {self._action_spec.dtype} "
-          f"{list(self._expected_action_shape)}")
+        f"learner sent actions {actions.dtype.name} {list(actions.shape)}, "
+        f"expected {self._action_spec.dtype} "
+        f"{list(self._expected_action_shape)}"
+      )
     return actions
 
   def step(self, batch: StepBatch) -> np.ndarray:
@@ -289,8 +335,10 @@ class ActorClient:
     """
     self._check_open()
     if batch.num_envs != self._num_envs:
-      raise ValueError(f"batch: {batch.num_envs} envs, expected {self._num_envs}"
-                       f" (this actor's num_envs)")
+      raise ValueError(
+        f"batch: {batch.num_envs} envs, expected {self._num_envs}"
+        f" (this actor's num_envs)"
+      )
     request = codec.encode_step_batch(batch)
     if self._responses is None:
       self.connect()
@@ -310,13 +358,18 @@ class ActorClient:
         cause = f"{e.code().name}: {e.details()}"
       failures += 1
       if self._log_throttle.ready():
-        logging.warning("Actor %d lost the learner at %s (%s); reconnecting",
-                        self._actor_id, self._address, cause)
+        logging.warning(
+          "Actor %d lost the learner at %s (%s); reconnecting",
+          self._actor_id,
+          self._address,
+          cause,
+        )
       self._drop_stream()
       if failures > 1:
         # The learner accepts Hello but keeps dropping the stream: slow down.
-        time.sleep(min(_INITIAL_BACKOFF_S * 2**(failures - 2),
-                       self._max_backoff_s))
+        time.sleep(
+          min(_INITIAL_BACKOFF_S * 2 ** (failures - 2), self._max_backoff_s)
+        )
       self.connect()
 
   def close(self) -> None:

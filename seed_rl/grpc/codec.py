@@ -22,9 +22,21 @@ from seed_rl.grpc import seed_rl_pb2
 # Object, string, datetime and complex dtypes are refused on purpose: nothing in
 # an RL step needs them, and object arrays cannot be sent as raw bytes.
 WIRE_DTYPES = {
-    name: np.dtype(name).newbyteorder("<")
-    for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                 "uint32", "uint64", "float16", "float32", "float64")
+  name: np.dtype(name).newbyteorder("<")
+  for name in (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+  )
 }
 
 STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepBatch))
@@ -33,8 +45,9 @@ STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepBatch))
 def _wire_dtype(name: str, what: str) -> np.dtype:
   dtype = WIRE_DTYPES.get(name)
   if dtype is None:
-    raise ValueError(f"{what}: unknown dtype {name!r}; allowed: "
-                     f"{', '.join(WIRE_DTYPES)}")
+    raise ValueError(
+      f"{what}: unknown dtype {name!r}; allowed: {', '.join(WIRE_DTYPES)}"
+    )
   return dtype
 
 
@@ -50,7 +63,9 @@ def _check_shape(shape, what: str) -> tuple:
   return shape
 
 
-def fill_tensor(message: seed_rl_pb2.Tensor, array, what: str = "array") -> None:
+def fill_tensor(
+  message: seed_rl_pb2.Tensor, array, what: str = "array"
+) -> None:
   """Writes `array` into the (sub)message `message` in place.
 
   Filling a submessage in place avoids the copy that constructing a Tensor and
@@ -73,7 +88,9 @@ def encode_tensor(array, what: str = "array") -> seed_rl_pb2.Tensor:
   return message
 
 
-def decode_tensor(message: seed_rl_pb2.Tensor, what: str = "tensor") -> np.ndarray:
+def decode_tensor(
+  message: seed_rl_pb2.Tensor, what: str = "tensor"
+) -> np.ndarray:
   """Returns the read-only array held by `message`.
 
   Raises:
@@ -91,9 +108,13 @@ def decode_tensor(message: seed_rl_pb2.Tensor, what: str = "tensor") -> np.ndarr
   data = message.data  # one copy out of the protobuf arena; kept by the array
   expected = math.prod(shape) * dtype.itemsize
   if len(data) != expected:
-    problem = "truncated payload" if len(data) < expected else "oversized payload"
-    raise ValueError(f"{what}: {problem}: {len(data)} bytes, expected {expected} "
-                     f"for shape {list(shape)} {message.dtype}")
+    problem = (
+      "truncated payload" if len(data) < expected else "oversized payload"
+    )
+    raise ValueError(
+      f"{what}: {problem}: {len(data)} bytes, expected {expected} "
+      f"for shape {list(shape)} {message.dtype}"
+    )
   # NumPy would carry other bytes as "true" values that compare unequal to
   # True; deleting the valid bytes leaves any others (a C loop, no NumPy call).
   if dtype.kind == "b" and data.translate(None, b"\x00\x01"):
@@ -103,8 +124,9 @@ def decode_tensor(message: seed_rl_pb2.Tensor, what: str = "tensor") -> np.ndarr
 
 def encode_spec(spec: ArraySpec) -> seed_rl_pb2.TensorSpec:
   """Returns `spec` as a TensorSpec message."""
-  message = seed_rl_pb2.TensorSpec(name=spec.name, dtype=spec.dtype,
-                                   shape=spec.shape)
+  message = seed_rl_pb2.TensorSpec(
+    name=spec.name, dtype=spec.dtype, shape=spec.shape
+  )
   if spec.minimum is not None:
     fill_tensor(message.minimum, spec.minimum, f"{spec.name}.minimum")
   if spec.maximum is not None:
@@ -124,19 +146,26 @@ def decode_spec(message: seed_rl_pb2.TensorSpec, what: str) -> ArraySpec:
       bound = decode_tensor(getattr(message, field), f"{what}.{field}")
       if bound.dtype.name != message.dtype or bound.shape != shape:
         raise ValueError(
-            f"{what}.{field}: {bound.dtype.name} {list(bound.shape)}, expected "
-            f"{message.dtype} {list(shape)} like the spec")
+          f"{what}.{field}: {bound.dtype.name} {list(bound.shape)}, expected "
+          f"{message.dtype} {list(shape)} like the spec"
+        )
       bounds[field] = bound
   num_values = message.num_values if message.HasField("num_values") else None
   try:
-    return ArraySpec(shape=shape, dtype=message.dtype, name=message.name,
-                     num_values=num_values, **bounds)
+    return ArraySpec(
+      shape=shape,
+      dtype=message.dtype,
+      name=message.name,
+      num_values=num_values,
+      **bounds,
+    )
   except ValueError as e:
     raise ValueError(f"{what}: {e}") from None
 
 
-def spec_mismatch(learner: ArraySpec, actor: ArraySpec,
-                  what: str) -> Optional[str]:
+def spec_mismatch(
+  learner: ArraySpec, actor: ArraySpec, what: str
+) -> Optional[str]:
   """Returns a message naming the first field where the specs differ, or None.
 
   Bounds are not compared: they describe the environment's action space for
@@ -148,7 +177,7 @@ def spec_mismatch(learner: ArraySpec, actor: ArraySpec,
     if learner_value != actor_value:
       if field == "shape":
         learner_value, actor_value = list(learner_value), list(actor_value)
-      return (f"{what}.{field}: learner {learner_value}, actor {actor_value}")
+      return f"{what}.{field}: learner {learner_value}, actor {actor_value}"
   return None
 
 

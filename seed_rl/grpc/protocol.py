@@ -35,15 +35,17 @@ Options = List[Tuple[str, int]]
 
 def server_options() -> Options:
   return [
-      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-      ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-      # Two learners silently sharing a port would split the actors between
-      # them; fail the second bind instead.
-      ("grpc.so_reuseport", 0),
-      ("grpc.keepalive_permit_without_calls", 1),
-      ("grpc.http2.min_recv_ping_interval_without_data_ms",
-       _KEEPALIVE_TIME_MS // 2),
-      ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Two learners silently sharing a port would split the actors between
+    # them; fail the second bind instead.
+    ("grpc.so_reuseport", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+    (
+      "grpc.http2.min_recv_ping_interval_without_data_ms",
+      _KEEPALIVE_TIME_MS // 2,
+    ),
+    ("grpc.http2.max_ping_strikes", 0),
   ]
 
 
@@ -51,14 +53,14 @@ def channel_options(max_backoff_s: float) -> Options:
   """Client channel options; reconnect attempts are at most `max_backoff_s` apart."""
   max_backoff_ms = max(100, int(max_backoff_s * 1000))
   return [
-      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-      ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-      # gRPC's own reconnect backoff (1 s growing to 120 s) would otherwise
-      # gate how soon a restarted learner is found, whatever our retry loop does.
-      ("grpc.initial_reconnect_backoff_ms", 100),
-      ("grpc.min_reconnect_backoff_ms", 100),
-      ("grpc.max_reconnect_backoff_ms", max_backoff_ms),
-      ("grpc.keepalive_time_ms", _KEEPALIVE_TIME_MS),
-      ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
-      ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # gRPC's own reconnect backoff (1 s growing to 120 s) would otherwise
+    # gate how soon a restarted learner is found, whatever our retry loop does.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", max_backoff_ms),
+    ("grpc.keepalive_time_ms", _KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
   ]

@@ -36,8 +36,9 @@ def read_token(token_file: Optional[str]) -> Optional[str]:
       with open(token_file) as f:
         token = f.read().strip()
     except OSError as e:
-      raise ValueError(f"cannot read the token file {token_file!r}: "
-                       f"{e.strerror}") from None
+      raise ValueError(
+        f"cannot read the token file {token_file!r}: {e.strerror}"
+      ) from None
     source = f"token file {token_file!r}"
   else:
     token = os.environ.get(TOKEN_ENV, "").strip()
@@ -45,9 +46,11 @@ def read_token(token_file: Optional[str]) -> Optional[str]:
     if not token:
       return None
   if len(token) < _MIN_TOKEN_CHARS:
-    raise ValueError(f"the token from {source} has {len(token)} characters; "
-                     f"use at least {_MIN_TOKEN_CHARS} (e.g. `openssl rand "
-                     f"-hex 32`)")
+    raise ValueError(
+      f"the token from {source} has {len(token)} characters; "
+      f"use at least {_MIN_TOKEN_CHARS} (e.g. `openssl rand "
+      f"-hex 32`)"
+    )
   return token
 
 
@@ -56,8 +59,7 @@ def _read(path: str, what: str) -> bytes:
     with open(path, "rb") as f:
       return f.read()
   except OSError as e:
-    raise ValueError(f"cannot read the {what} {path!r}: {e.strerror}"
-                     ) from None
+    raise ValueError(f"cannot read the {what} {path!r}: {e.strerror}") from None
 
 
 def is_loopback(address: str) -> bool:
@@ -74,14 +76,16 @@ def is_loopback(address: str) -> bool:
 @dataclasses.dataclass(frozen=True)
 class ServerSecurity:
   """The learner's side: TLS certificate and key, and the token."""
+
   cert_file: Optional[str] = None
   key_file: Optional[str] = None
   token: Optional[str] = None
 
   def __post_init__(self):
     if bool(self.cert_file) != bool(self.key_file):
-      raise ValueError("TLS needs both a certificate and a key "
-                       "(--tls_cert and --tls_key)")
+      raise ValueError(
+        "TLS needs both a certificate and a key (--tls_cert and --tls_key)"
+      )
 
   @property
   def tls(self) -> bool:
@@ -91,8 +95,13 @@ class ServerSecurity:
     if not self.tls:
       return None
     return grpc.ssl_server_credentials(
-        [(_read(self.key_file, "TLS key"),
-          _read(self.cert_file, "TLS certificate"))])
+      [
+        (
+          _read(self.key_file, "TLS key"),
+          _read(self.cert_file, "TLS certificate"),
+        )
+      ]
+    )
 
   def interceptors(self) -> List[grpc.ServerInterceptor]:
     return [TokenInterceptor(self.token)] if self.token else []
@@ -102,19 +111,25 @@ class ServerSecurity:
     if is_loopback(address) or (self.tls and self.token) or insecure:
       return
     missing = " and ".join(
-        m for m, ok in (("TLS (--tls_cert, --tls_key)", self.tls),
-                        (f"a token (--token_file or ${TOKEN_ENV})",
-                         self.token)) if not ok)
+      m
+      for m, ok in (
+        ("TLS (--tls_cert, --tls_key)", self.tls),
+        (f"a token (--token_file or ${TOKEN_ENV})", self.token),
+      )
+      if not ok
+    )
     raise ValueError(
-        f"refusing to serve on {address!r}, which other machines can reach, "
-        f"without {missing}; bind localhost, add them, or pass --insecure "
-        "on a network you trust")
+      f"refusing to serve on {address!r}, which other machines can reach, "
+      f"without {missing}; bind localhost, add them, or pass --insecure "
+      "on a network you trust"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class ClientSecurity:
   """An actor's side: the CA that signed the learner's certificate, the
   token, and optionally the name the certificate was issued for."""
+
   ca_file: Optional[str] = None
   token: Optional[str] = None
   server_name: Optional[str] = None
@@ -126,7 +141,8 @@ class ClientSecurity:
     if self.server_name:
       options.append(("grpc.ssl_target_name_override", self.server_name))
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=_read(self.ca_file, "CA certificate"))
+      root_certificates=_read(self.ca_file, "CA certificate")
+    )
     return grpc.secure_channel(address, credentials, options=options)
 
   def metadata(self) -> Optional[Tuple[Tuple[str, str], ...]]:
@@ -139,6 +155,7 @@ def _unauthenticated(details: str):
   def abort(request_or_iterator, context):
     del request_or_iterator
     context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
+
   return abort
 
 
@@ -159,7 +176,8 @@ class TokenInterceptor(grpc.ServerInterceptor):
     if handler is None:
       return None
     details = ("missing token" if not sent else "wrong token") + (
-        f"; actors send the learner's token (--token_file or ${TOKEN_ENV})")
+      f"; actors send the learner's token (--token_file or ${TOKEN_ENV})"
+    )
     abort = _unauthenticated(details)
     if handler.request_streaming and handler.response_streaming:
       return grpc.stream_stream_rpc_method_handler(abort)

@@ -36,45 +36,60 @@ class StepHandler(Protocol):
 def _abort(context: grpc.ServicerContext, rejection: Rejection) -> None:
   if rejection.reason is not None:
     context.set_trailing_metadata(
-        ((protocol.REASON_METADATA_KEY, rejection.reason),))
+      ((protocol.REASON_METADATA_KEY, rejection.reason),)
+    )
   context.abort(rejection.code, rejection.message)
 
 
 class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
   """Implements the SeedRL service on top of a SessionRegistry and a handler."""
 
-  def __init__(self, observation_spec: ArraySpec, action_spec: ArraySpec,
-               registry: SessionRegistry, handler,
-               limits: validation.ValueLimits):
+  def __init__(
+    self,
+    observation_spec: ArraySpec,
+    action_spec: ArraySpec,
+    registry: SessionRegistry,
+    handler,
+    limits: validation.ValueLimits,
+  ):
     self._limits = limits
     self._observation_spec = observation_spec
     self._action_spec = action_spec
     self._registry = registry
     self._handler = handler
     self._on_disconnect = getattr(handler, "on_disconnect", None)
-    self._hello_specs = (codec.encode_spec(observation_spec),
-                         codec.encode_spec(action_spec))
+    self._hello_specs = (
+      codec.encode_spec(observation_spec),
+      codec.encode_spec(action_spec),
+    )
 
   def _check_hello(self, request: seed_rl_pb2.HelloRequest) -> None:
     if request.protocol_version != protocol.PROTOCOL_VERSION:
       raise Rejection(
-          grpc.StatusCode.FAILED_PRECONDITION,
-          f"protocol_version: learner {protocol.PROTOCOL_VERSION}, actor "
-          f"{request.protocol_version}; run the same seed_rl version on both")
-    for field, learner_spec in (("observation_spec", self._observation_spec),
-                                ("action_spec", self._action_spec)):
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"protocol_version: learner {protocol.PROTOCOL_VERSION}, actor "
+        f"{request.protocol_version}; run the same seed_rl version on both",
+      )
+    for field, learner_spec in (
+      ("observation_spec", self._observation_spec),
+      ("action_spec", self._action_spec),
+    ):
       if not request.HasField(field):
-        raise Rejection(grpc.StatusCode.INVALID_ARGUMENT,
-                        f"{field}: missing from HelloRequest")
+        raise Rejection(
+          grpc.StatusCode.INVALID_ARGUMENT,
+          f"{field}: missing from HelloRequest",
+        )
       try:
         actor_spec = codec.decode_spec(getattr(request, field), field)
       except ValueError as e:
         raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
       mismatch = codec.spec_mismatch(learner_spec, actor_spec, field)
       if mismatch is not None:
-        raise Rejection(grpc.StatusCode.FAILED_PRECONDITION,
-                        f"spec mismatch: {mismatch}",
-                        protocol.REASON_SPEC_MISMATCH)
+        raise Rejection(
+          grpc.StatusCode.FAILED_PRECONDITION,
+          f"spec mismatch: {mismatch}",
+          protocol.REASON_SPEC_MISMATCH,
+        )
 
   def Hello(self, request, context):
     try:
@@ -83,10 +98,12 @@ class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
     except Rejection as rejection:
       _abort(context, rejection)
     response = seed_rl_pb2.HelloResponse(
-        protocol_version=protocol.PROTOCOL_VERSION,
-        first_env_id=session.first_env_id, num_envs=session.num_envs,
-        num_envs_total=self._registry.num_envs_total,
-        session_id=session.session_id)
+      protocol_version=protocol.PROTOCOL_VERSION,
+      first_env_id=session.first_env_id,
+      num_envs=session.num_envs,
+      num_envs_total=self._registry.num_envs_total,
+      session_id=session.session_id,
+    )
     response.observation_spec.CopyFrom(self._hello_specs[0])
     response.action_spec.CopyFrom(self._hello_specs[1])
     return response
@@ -95,46 +112,58 @@ class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
     spec = self._action_spec
     actions = np.asarray(actions)
     expected = (k,) + spec.shape
-    if actions.shape != expected or not np.can_cast(actions.dtype, spec.dtype,
-                                                    "same_kind"):
+    if actions.shape != expected or not np.can_cast(
+      actions.dtype, spec.dtype, "same_kind"
+    ):
       raise RuntimeError(
-          f"handler.step returned actions {actions.dtype.name} "
-          f"{list(actions.shape)}, expected {spec.dtype} {list(expected)}")
+        f"handler.step returned actions {actions.dtype.name} "
+        f"{list(actions.shape)}, expected {spec.dtype} {list(expected)}"
+      )
     response = seed_rl_pb2.StepResponse()
-    codec.fill_tensor(response.action, actions.astype(spec.dtype, copy=False),
-                      "action")
+    codec.fill_tensor(
+      response.action, actions.astype(spec.dtype, copy=False), "action"
+    )
     return response
 
   def _serve_one(self, request, session: Session) -> seed_rl_pb2.StepResponse:
     """Returns the response to one request; Rejection ends the stream."""
     if session.superseded:
       raise Rejection(
-          grpc.StatusCode.ABORTED,
-          f"session {session.session_id!r} of {session.describe()} was "
-          f"superseded by a newer Hello for actor {session.actor_id} (a "
-          f"restarted actor, or two actors started with the same --actor_id); "
-          f"this stream is closed", protocol.REASON_SUPERSEDED)
+        grpc.StatusCode.ABORTED,
+        f"session {session.session_id!r} of {session.describe()} was "
+        f"superseded by a newer Hello for actor {session.actor_id} (a "
+        f"restarted actor, or two actors started with the same --actor_id); "
+        f"this stream is closed",
+        protocol.REASON_SUPERSEDED,
+      )
     try:
       batch = validation.check_step_request(
-          request, self._observation_spec, session,
-          self._registry.num_envs_total, self._registry.owner_of,
-          self._limits)
-      return self._actions_to_response(self._handler.step(batch),
-                                       session.num_envs)
+        request,
+        self._observation_spec,
+        session,
+        self._registry.num_envs_total,
+        self._registry.owner_of,
+        self._limits,
+      )
+      return self._actions_to_response(
+        self._handler.step(batch), session.num_envs
+      )
     except ValueError as e:
       raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
     except errors.ServiceStopping as e:
       raise Rejection(grpc.StatusCode.UNAVAILABLE, str(e)) from None
     except Exception as e:  # pylint: disable=broad-except
       logging.exception("Step stream of %s failed", session.describe())
-      raise Rejection(grpc.StatusCode.INTERNAL,
-                      f"learner error: {type(e).__name__}: {e}") from None
+      raise Rejection(
+        grpc.StatusCode.INTERNAL, f"learner error: {type(e).__name__}: {e}"
+      ) from None
 
   def Step(self, request_iterator, context):
     metadata = dict(context.invocation_metadata())
     try:
       session = self._registry.claim(
-          metadata.get(protocol.SESSION_METADATA_KEY))
+        metadata.get(protocol.SESSION_METADATA_KEY)
+      )
     except Rejection as rejection:
       _abort(context, rejection)
     try:
@@ -151,8 +180,11 @@ class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
         try:
           self._on_disconnect(session.first_env_id, session.num_envs)
         except Exception:  # pylint: disable=broad-except
-          logging.exception("on_disconnect(%d, %d) failed",
-                            session.first_env_id, session.num_envs)
+          logging.exception(
+            "on_disconnect(%d, %d) failed",
+            session.first_env_id,
+            session.num_envs,
+          )
 
 
 class LearnerServer:
@@ -163,11 +195,17 @@ class LearnerServer:
   actors; RPCs beyond it fail fast with RESOURCE_EXHAUSTED instead of hanging.
   """
 
-  def __init__(self, address: str, observation_spec: ArraySpec,
-               action_spec: ArraySpec, num_envs: int, handler,
-               max_workers: int = 64,
-               security: Optional[ServerSecurity] = None,
-               limits: Optional[validation.ValueLimits] = None):
+  def __init__(
+    self,
+    address: str,
+    observation_spec: ArraySpec,
+    action_spec: ArraySpec,
+    num_envs: int,
+    handler,
+    max_workers: int = 64,
+    security: Optional[ServerSecurity] = None,
+    limits: Optional[validation.ValueLimits] = None,
+  ):
     """Creates the server (call start() to serve).
 
     Args:
@@ -188,17 +226,24 @@ class LearnerServer:
     if num_envs < 1:
       raise ValueError(f"num_envs: {num_envs}, expected >= 1")
     if max_workers < 2:
-      raise ValueError(f"max_workers: {max_workers}, expected >= 2 (one Step "
-                       f"stream per actor plus a Hello)")
+      raise ValueError(
+        f"max_workers: {max_workers}, expected >= 2 (one Step "
+        f"stream per actor plus a Hello)"
+      )
     if not callable(getattr(handler, "step", None)):
-      raise ValueError(f"handler: {type(handler).__name__} has no step(batch) "
-                       f"method")
+      raise ValueError(
+        f"handler: {type(handler).__name__} has no step(batch) method"
+      )
     self._address = address
     self._max_workers = max_workers
     self._security = security or ServerSecurity()
-    self._servicer = _Servicer(observation_spec, action_spec,
-                               SessionRegistry(num_envs), handler,
-                               limits or validation.ValueLimits())
+    self._servicer = _Servicer(
+      observation_spec,
+      action_spec,
+      SessionRegistry(num_envs),
+      handler,
+      limits or validation.ValueLimits(),
+    )
     self._server: Optional[grpc.Server] = None
     self._port: Optional[int] = None
 
@@ -211,11 +256,13 @@ class LearnerServer:
     if self._server is not None:
       raise RuntimeError("LearnerServer.start() called twice")
     server = grpc.server(
-        futures.ThreadPoolExecutor(self._max_workers,
-                                   thread_name_prefix="seed_rl_grpc"),
-        options=protocol.server_options(),
-        maximum_concurrent_rpcs=self._max_workers,
-        interceptors=self._security.interceptors())
+      futures.ThreadPoolExecutor(
+        self._max_workers, thread_name_prefix="seed_rl_grpc"
+      ),
+      options=protocol.server_options(),
+      maximum_concurrent_rpcs=self._max_workers,
+      interceptors=self._security.interceptors(),
+    )
     seed_rl_pb2_grpc.add_SeedRLServicer_to_server(self._servicer, server)
     credentials = self._security.credentials()
     try:
@@ -224,13 +271,16 @@ class LearnerServer:
       else:
         port = server.add_secure_port(self._address, credentials)
     except RuntimeError as e:
-      raise OSError(f"cannot bind learner server to {self._address!r}: {e}"
-                    ) from None
+      raise OSError(
+        f"cannot bind learner server to {self._address!r}: {e}"
+      ) from None
     if port == 0:
       raise OSError(f"cannot bind learner server to {self._address!r}")
     server.start()
     self._server, self._port = server, port
-    logging.info("Learner server listening on %s (port %d)", self._address, port)
+    logging.info(
+      "Learner server listening on %s (port %d)", self._address, port
+    )
     return port
 
   def stop(self, grace: Optional[float] = None) -> None:

@@ -26,8 +26,9 @@ class Rejection(Exception):
   so the client can tell cases that share a status code apart.
   """
 
-  def __init__(self, code: grpc.StatusCode, message: str,
-               reason: Optional[str] = None):
+  def __init__(
+    self, code: grpc.StatusCode, message: str, reason: Optional[str] = None
+  ):
     super().__init__(message)
     self.code = code
     self.message = message
@@ -54,16 +55,18 @@ class Session:
   env_ids_bytes: bytes = dataclasses.field(init=False, repr=False)
 
   def __post_init__(self):
-    self.env_ids_bytes = np.arange(self.first_env_id, self.end_env_id,
-                                   dtype="<i4").tobytes()
+    self.env_ids_bytes = np.arange(
+      self.first_env_id, self.end_env_id, dtype="<i4"
+    ).tobytes()
 
   @property
   def end_env_id(self) -> int:
     return self.first_env_id + self.num_envs
 
   def describe(self) -> str:
-    return (f"actor {self.actor_id} owning {self.first_env_id}.."
-            f"{self.end_env_id - 1}")
+    return (
+      f"actor {self.actor_id} owning {self.first_env_id}..{self.end_env_id - 1}"
+    )
 
 
 class SessionRegistry:
@@ -86,31 +89,41 @@ class SessionRegistry:
         environments, or one that overlaps another live actor's range.
     """
     if actor_id < 0:
-      raise Rejection(grpc.StatusCode.INVALID_ARGUMENT,
-                      f"actor_id: {actor_id}, expected >= 0")
+      raise Rejection(
+        grpc.StatusCode.INVALID_ARGUMENT, f"actor_id: {actor_id}, expected >= 0"
+      )
     if num_envs < 1:
-      raise Rejection(grpc.StatusCode.INVALID_ARGUMENT,
-                      f"num_envs: {num_envs}, expected >= 1")
+      raise Rejection(
+        grpc.StatusCode.INVALID_ARGUMENT, f"num_envs: {num_envs}, expected >= 1"
+      )
     first = actor_id * num_envs
     if first + num_envs > self.num_envs_total:
       raise Rejection(
-          grpc.StatusCode.INVALID_ARGUMENT,
-          f"actor {actor_id} with num_envs {num_envs} would own env ids "
-          f"{first}..{first + num_envs - 1}, outside the learner's "
-          f"{self.num_envs_total} environments 0..{self.num_envs_total - 1}; "
-          f"start the learner with more environments or lower --actor_id")
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"actor {actor_id} with num_envs {num_envs} would own env ids "
+        f"{first}..{first + num_envs - 1}, outside the learner's "
+        f"{self.num_envs_total} environments 0..{self.num_envs_total - 1}; "
+        f"start the learner with more environments or lower --actor_id",
+      )
     with self._lock:
       for other in self._by_actor.values():
-        if (other.actor_id != actor_id and first < other.end_env_id and
-            other.first_env_id < first + num_envs):
+        if (
+          other.actor_id != actor_id
+          and first < other.end_env_id
+          and other.first_env_id < first + num_envs
+        ):
           raise Rejection(
-              grpc.StatusCode.FAILED_PRECONDITION,
-              f"actor {actor_id} with num_envs {num_envs} would own env ids "
-              f"{first}..{first + num_envs - 1}, overlapping live "
-              f"{other.describe()}; every actor must use the same num_envs")
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"actor {actor_id} with num_envs {num_envs} would own env ids "
+            f"{first}..{first + num_envs - 1}, overlapping live "
+            f"{other.describe()}; every actor must use the same num_envs",
+          )
       session = Session(
-          session_id=f"{self._instance}-{actor_id}-{next(self._counter)}",
-          actor_id=actor_id, first_env_id=first, num_envs=num_envs)
+        session_id=f"{self._instance}-{actor_id}-{next(self._counter)}",
+        actor_id=actor_id,
+        first_env_id=first,
+        num_envs=num_envs,
+      )
       old = self._by_actor.get(actor_id)
       if old is not None:
         old.superseded = True
@@ -127,30 +140,34 @@ class SessionRegistry:
     """
     if not session_id:
       raise Rejection(
-          grpc.StatusCode.INVALID_ARGUMENT,
-          f"session: missing '{protocol.SESSION_METADATA_KEY}' metadata on the "
-          f"Step call; call Hello first and send the session id it returns")
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"session: missing '{protocol.SESSION_METADATA_KEY}' metadata on the "
+        f"Step call; call Hello first and send the session id it returns",
+      )
     with self._lock:
       for session in self._by_actor.values():
         if session.session_id == session_id:
           if session.streaming:
             raise Rejection(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"session: {session_id!r} ({session.describe()}) already has "
-                f"an open Step stream; one stream per Hello")
+              grpc.StatusCode.INVALID_ARGUMENT,
+              f"session: {session_id!r} ({session.describe()}) already has "
+              f"an open Step stream; one stream per Hello",
+            )
           session.streaming = True
           return session
     if not session_id.startswith(self._instance + "-"):
       if session_id.count("-") == 2:
         raise Rejection(
-            grpc.StatusCode.ABORTED,
-            f"session: {session_id!r} was issued by a previous learner "
-            f"instance (the learner restarted); call Hello again",
-            protocol.REASON_LEARNER_RESTARTED)
+          grpc.StatusCode.ABORTED,
+          f"session: {session_id!r} was issued by a previous learner "
+          f"instance (the learner restarted); call Hello again",
+          protocol.REASON_LEARNER_RESTARTED,
+        )
     raise Rejection(
-        grpc.StatusCode.INVALID_ARGUMENT,
-        f"session: unknown session id {session_id!r} (superseded, already "
-        f"closed, or never issued by this learner); call Hello again")
+      grpc.StatusCode.INVALID_ARGUMENT,
+      f"session: unknown session id {session_id!r} (superseded, already "
+      f"closed, or never issued by this learner); call Hello again",
+    )
 
   def release(self, session: Session) -> bool:
     """Forgets `session` when its stream ends.

@@ -20,18 +20,27 @@ import gin
 from seed_rl.actors.batched_env import BatchedEnv
 from seed_rl.classic.env import gym_batched_env
 
-KNOWN_TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5",
-               "Humanoid-v5", "Pendulum-v1")
+KNOWN_TASKS = (
+  "HalfCheetah-v5",
+  "Hopper-v5",
+  "Walker2d-v5",
+  "Ant-v5",
+  "Humanoid-v5",
+  "Pendulum-v1",
+)
 
 
 @gin.configurable("mujoco.create_environment")
-def create_environment(num_envs: int, seed: int,
-                       env_id: str = "HalfCheetah-v5",
-                       max_episode_steps: Optional[int] = None,
-                       env_kwargs: Optional[Mapping[str, Any]] = None,
-                       parallel: str = "inline",
-                       num_workers: Optional[int] = None,
-                       start_method: str = "forkserver") -> BatchedEnv:
+def create_environment(
+  num_envs: int,
+  seed: int,
+  env_id: str = "HalfCheetah-v5",
+  max_episode_steps: Optional[int] = None,
+  env_kwargs: Optional[Mapping[str, Any]] = None,
+  parallel: str = "inline",
+  num_workers: Optional[int] = None,
+  start_method: str = "forkserver",
+) -> BatchedEnv:
   """K continuous-action envs (defaults to HalfCheetah-v5).
 
   Args:
@@ -50,13 +59,22 @@ def create_environment(num_envs: int, seed: int,
   Returns:
     A BatchedEnv with SEED autoreset semantics.
   """
-  env = gym_batched_env(num_envs, seed, env_id, max_episode_steps,
-                        env_kwargs, parallel, num_workers, start_method)
+  env = gym_batched_env(
+    num_envs,
+    seed,
+    env_id,
+    max_episode_steps,
+    env_kwargs,
+    parallel,
+    num_workers,
+    start_method,
+  )
   if env.action_spec.is_discrete:
     env.close()
     raise ValueError(
-        f"mujoco.create_environment: {env_id!r} has a discrete action space "
-        f"({env.action_spec.num_values} actions); the mujoco domain is for "
-        f"continuous control ({', '.join(KNOWN_TASKS)}); use "
-        "classic.create_environment for discrete-action envs")
+      f"mujoco.create_environment: {env_id!r} has a discrete action space "
+      f"({env.action_spec.num_values} actions); the mujoco domain is for "
+      f"continuous control ({', '.join(KNOWN_TASKS)}); use "
+      "classic.create_environment for discrete-action envs"
+    )
   return env

@@ -31,8 +31,9 @@ class MovingDot(gym.Env):
 
   metadata = {"render_modes": []}
 
-  def __init__(self, episode_length: int = 20, step_px: int = 6,
-               dot_px: int = 6):
+  def __init__(
+    self, episode_length: int = 20, step_px: int = 6, dot_px: int = 6
+  ):
     if episode_length < 2:
       raise ValueError(f"episode_length must be >= 2, got {episode_length}")
     if dot_px < 1 or step_px < 1:
@@ -46,8 +47,9 @@ class MovingDot(gym.Env):
 
   def _frame(self) -> np.ndarray:
     frame = np.zeros((SIZE, SIZE), np.uint8)
-    frame[self._row:self._row + self.dot_px,
-          self._col:self._col + self.dot_px] = 255
+    frame[
+      self._row : self._row + self.dot_px, self._col : self._col + self.dot_px
+    ] = 255
     return frame
 
   def _jump(self) -> None:

@@ -16,10 +16,14 @@ MOVING_DOT = "seed_rl.synthetic.dots:MovingDot"
 
 
 @gin.configurable("synthetic.create_environment")
-def create_environment(num_envs: int, seed: int,
-                       env_id: str = MOVING_DOT,
-                       env_kwargs: Optional[Mapping[str, Any]] = None,
-                       parallel: str = "inline") -> BatchedEnv:
+def create_environment(
+  num_envs: int,
+  seed: int,
+  env_id: str = MOVING_DOT,
+  env_kwargs: Optional[Mapping[str, Any]] = None,
+  parallel: str = "inline",
+) -> BatchedEnv:
   """K synthetic envs (env i seeded with seed + i), stepped inline."""
-  return gym_batched_env(num_envs, seed, env_id, None, env_kwargs, parallel,
-                         None, "forkserver")
+  return gym_batched_env(
+    num_envs, seed, env_id, None, env_kwargs, parallel, None, "forkserver"
+  )

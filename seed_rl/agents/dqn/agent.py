@@ -31,13 +31,20 @@ from seed_rl.common.specs import ArraySpec
 class DQNAgent(Agent):
   """DQN with the Rainbow options minus distributional RL, on replay."""
 
-  def __init__(self, observation_spec: ArraySpec, action_spec: ArraySpec,
-               num_envs: int, config: Optional[DQNConfig] = None):
+  def __init__(
+    self,
+    observation_spec: ArraySpec,
+    action_spec: ArraySpec,
+    num_envs: int,
+    config: Optional[DQNConfig] = None,
+  ):
     super().__init__(observation_spec, action_spec, num_envs)
     if not action_spec.is_discrete or action_spec.shape != ():
-      raise ValueError(f"DQN needs a scalar discrete action spec (num_values "
-                       f"set, shape ()), got shape {list(action_spec.shape)} "
-                       f"num_values {action_spec.num_values}")
+      raise ValueError(
+        f"DQN needs a scalar discrete action spec (num_values "
+        f"set, shape ()), got shape {list(action_spec.shape)} "
+        f"num_values {action_spec.num_values}"
+      )
     cfg = self.config = config if config is not None else DQNConfig()
     self.unroll_length = cfg.unroll_length
     self.unroll_overlap = cfg.unroll_overlap
@@ -45,21 +52,29 @@ class DQNAgent(Agent):
     self._online = self._make_network("dqn_online")
     self._target = self._make_network("dqn_target")
     self._optimizer = optimizers.make_optimizer(
-        "adam", cfg.learning_rate, epsilon=cfg.adam_epsilon,
-        max_grad_norm=cfg.max_grad_norm,
-        variables=self._online.trainable_variables)
+      "adam",
+      cfg.learning_rate,
+      epsilon=cfg.adam_epsilon,
+      max_grad_norm=cfg.max_grad_norm,
+      variables=self._online.trainable_variables,
+    )
     self._step_counter = optimizers.learner_step_counter()
     self._replay = replay_lib.PrioritizedReplay(
-        cfg.replay_capacity, priority_exponent=cfg.priority_exponent,
-        importance_sampling_exponent=cfg.importance_sampling_exponent,
-        uniform=not cfg.prioritized, seed=cfg.seed)
+      cfg.replay_capacity,
+      priority_exponent=cfg.priority_exponent,
+      importance_sampling_exponent=cfg.importance_sampling_exponent,
+      uniform=not cfg.prioritized,
+      seed=cfg.seed,
+    )
     transitions_per_round = num_envs * (cfg.unroll_length + 1 - cfg.n_step)
     error_buffer = cfg.rate_limiter_error_buffer
     if error_buffer is None:
-      error_buffer = max(float(cfg.batch_size),
-                         cfg.samples_per_insert * transitions_per_round)
+      error_buffer = max(
+        float(cfg.batch_size), cfg.samples_per_insert * transitions_per_round
+      )
     self._limiter = replay_lib.RateLimiter(
-        cfg.samples_per_insert, cfg.min_replay_size, error_buffer)
+      cfg.samples_per_insert, cfg.min_replay_size, error_buffer
+    )
     self._rng = np.random.default_rng(cfg.seed)
     self._act_fn = self._make_act_fn()
     self._train_fn = self._make_train_fn()
@@ -68,9 +83,14 @@ class DQNAgent(Agent):
   def _make_network(self, name: str) -> networks.QNetwork:
     cfg = self.config
     network = networks.QNetwork(
-        cfg.torso, self.num_actions, head_hidden=cfg.head_hidden,
-        dueling=cfg.dueling, noisy=cfg.noisy, noisy_sigma0=cfg.noisy_sigma0,
-        name=name)
+      cfg.torso,
+      self.num_actions,
+      head_hidden=cfg.head_hidden,
+      dueling=cfg.dueling,
+      noisy=cfg.noisy,
+      noisy_sigma0=cfg.noisy_sigma0,
+      name=name,
+    )
     networks.build_q_network(network, self.observation_spec)
     return network
 
@@ -119,21 +139,25 @@ class DQNAgent(Agent):
     q = np.where(eval_mask[:, None], q_greedy, q_explore)
     action = np.argmax(q, axis=-1)
     explore = (self._rng.random(batch_size) < self.epsilon()) & ~eval_mask
-    action = np.where(explore,
-                      self._rng.integers(0, self.num_actions, batch_size),
-                      action)
+    action = np.where(
+      explore, self._rng.integers(0, self.num_actions, batch_size), action
+    )
     value = q.max(axis=-1)
     if self.config.value_rescaling:
       # The runtime bootstraps truncated episodes from this value, so it is
       # given in return units, like the n-step returns it is added to.
       value = value_rescaling.h_inv(value, self.config.value_rescaling_eps)
-    return ActOutputs(action=action.astype(self.action_spec.dtype),
-                      value=np.asarray(value, np.float32), extras={},
-                      core_state=())
+    return ActOutputs(
+      action=action.astype(self.action_spec.dtype),
+      value=np.asarray(value, np.float32),
+      extras={},
+      core_state=(),
+    )
 
   def add_unrolls(self, unrolls: Unroll) -> None:
-    agent_api.check_unroll(unrolls, self.unroll_length,
-                           self.observation_spec, self.action_spec)
+    agent_api.check_unroll(
+      unrolls, self.unroll_length, self.observation_spec, self.action_spec
+    )
     items = self.unrolls_to_transitions(unrolls)
     num = int(items["action"].shape[0])
     # Insert first, then wait: the limiter never counts transitions the
@@ -153,9 +177,13 @@ class DQNAgent(Agent):
     if cfg.clip_rewards:
       reward = np.clip(reward, -1.0, 1.0)
     returns, discount, index = targets_lib.nstep_transitions(
-        reward.T, unrolls.terminated.T, unrolls.truncated.T,
-        np.asarray(unrolls.bootstrap_value, np.float32).T, cfg.discount,
-        cfg.n_step)
+      reward.T,
+      unrolls.terminated.T,
+      unrolls.truncated.T,
+      np.asarray(unrolls.bootstrap_value, np.float32).T,
+      cfg.discount,
+      cfg.n_step,
+    )
     batch, starts = unrolls.batch_size, returns.shape[0]
     rows = np.arange(batch)[:, None]
 
@@ -163,13 +191,14 @@ class DQNAgent(Agent):
       return x.reshape((batch * starts,) + x.shape[2:])
 
     return {
-        "observation": flat(unrolls.observation[:, :starts]),
-        "action": flat(unrolls.action[:, :starts]).astype(np.int32),
-        "return": flat(returns.T),
-        "discount": flat(discount.T),
-        "next_observation": flat(unrolls.observation[rows, index.T]),
-        "policy_version": flat(
-            np.asarray(unrolls.policy_version[:, :starts], np.int64)),
+      "observation": flat(unrolls.observation[:, :starts]),
+      "action": flat(unrolls.action[:, :starts]).astype(np.int32),
+      "return": flat(returns.T),
+      "discount": flat(discount.T),
+      "next_observation": flat(unrolls.observation[rows, index.T]),
+      "policy_version": flat(
+        np.asarray(unrolls.policy_version[:, :starts], np.int64)
+      ),
     }
 
   def train_step(self) -> Mapping[str, float]:
@@ -181,27 +210,34 @@ class DQNAgent(Agent):
     self._replay.set_importance_sampling_exponent(beta)
     keys, items, weights = self._replay.sample(cfg.batch_size)
     td_error, metrics = self._train_fn(
-        items["observation"], items["action"], items["return"],
-        items["discount"], items["next_observation"], weights)
+      items["observation"],
+      items["action"],
+      items["return"],
+      items["discount"],
+      items["next_observation"],
+      weights,
+    )
     td_error = td_error.numpy()
     if cfg.prioritized:
-      self._replay.update_priorities(keys,
-                                     np.abs(td_error) + cfg.priority_epsilon)
+      self._replay.update_priorities(
+        keys, np.abs(td_error) + cfg.priority_epsilon
+      )
     if (step + 1) % cfg.target_update_period == 0:
       self._sync_target()
     result = {name: float(value) for name, value in metrics.items()}
     result[agent_api.SAMPLES_METRIC] = float(cfg.batch_size)
     result.update(self._limiter.metrics())
-    result.update({
+    result.update(
+      {
         "replay/size": float(len(self._replay)),
         "replay/beta": beta,
         "replay/priority_max": self._replay.max_priority,
         "policy/epsilon": self.epsilon(step),
         # With replay this is the age of the sampled data in learner steps
         # (about replay_capacity / 2 / env steps per learner step when full).
-        "perf/policy_lag": agent_api.policy_lag(step,
-                                                items["policy_version"]),
-    })
+        "perf/policy_lag": agent_api.policy_lag(step, items["policy_version"]),
+      }
+    )
     return result
 
   def checkpoint_objects(self) -> Dict[str, Any]:
@@ -211,10 +247,14 @@ class DQNAgent(Agent):
     # follow Keras 3 layers kept in Python lists: the built-in torsos avoid
     # them, but with a custom torso that uses one the target network (which
     # no optimizer references) would otherwise restore only partly.
-    return {"online_network": self._online, "target_network": self._target,
-            "online_variables": list(self._online.variables),
-            "target_variables": list(self._target.trainable_variables),
-            "optimizer": self._optimizer, "step": self._step_counter}
+    return {
+      "online_network": self._online,
+      "target_network": self._target,
+      "online_variables": list(self._online.variables),
+      "target_variables": list(self._target.trainable_variables),
+      "optimizer": self._optimizer,
+      "step": self._step_counter,
+    }
 
   def stop(self) -> None:
     self._limiter.stop()
@@ -223,16 +263,18 @@ class DQNAgent(Agent):
 
   def _sync_target(self) -> None:
     """Copies the online weights (not the NoisyNet noise) to the target."""
-    for target, online in zip(self._target.trainable_variables,
-                              self._online.trainable_variables):
+    for target, online in zip(
+      self._target.trainable_variables, self._online.trainable_variables
+    ):
       target.assign(online)
 
   def _make_act_fn(self):
     obs_spec = self.observation_spec
     online, noisy = self._online, self.config.noisy is not None
 
-    @tf.function(input_signature=[
-        tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype)])
+    @tf.function(
+      input_signature=[tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype)]
+    )
     def act_fn(observation):
       q = online(observation)
       q_greedy = online(observation, deterministic=True) if noisy else q
@@ -248,12 +290,19 @@ class DQNAgent(Agent):
     optimizer, step_counter = self._optimizer, self._step_counter
     noisy = cfg.noisy is not None
 
-    @tf.function(input_signature=[
-        obs_signature, tf.TensorSpec([b], tf.int32),
-        tf.TensorSpec([b], tf.float32), tf.TensorSpec([b], tf.float32),
-        obs_signature, tf.TensorSpec([b], tf.float32)])
-    def train_fn(observation, action, returns, discount, next_observation,
-                 weights):
+    @tf.function(
+      input_signature=[
+        obs_signature,
+        tf.TensorSpec([b], tf.int32),
+        tf.TensorSpec([b], tf.float32),
+        tf.TensorSpec([b], tf.float32),
+        obs_signature,
+        tf.TensorSpec([b], tf.float32),
+      ]
+    )
+    def train_fn(
+      observation, action, returns, discount, next_observation, weights
+    ):
       if noisy:
         # Fresh noise per learner step, independent for the two networks.
         online.reset_noise()
@@ -265,25 +314,31 @@ class DQNAgent(Agent):
         q_all = online(tf.concat([observation, next_observation], axis=0))
         q, online_q_next = q_all[:b], q_all[b:]
         q_taken = tf.reduce_sum(
-            q * tf.one_hot(action, self.num_actions, dtype=q.dtype), axis=-1)
+          q * tf.one_hot(action, self.num_actions, dtype=q.dtype), axis=-1
+        )
         target_value = targets_lib.transition_targets(
-            returns, discount, tf.stop_gradient(online_q_next), target_q_next,
-            double_q=cfg.double_q, rescale=cfg.value_rescaling,
-            eps=cfg.value_rescaling_eps)
+          returns,
+          discount,
+          tf.stop_gradient(online_q_next),
+          target_q_next,
+          double_q=cfg.double_q,
+          rescale=cfg.value_rescaling,
+          eps=cfg.value_rescaling_eps,
+        )
         td_error = target_value - q_taken
         abs_td = tf.abs(td_error)
         if cfg.huber_loss:
           quadratic = tf.minimum(abs_td, cfg.huber_delta)
-          per_item = 0.5 * quadratic ** 2 + cfg.huber_delta * (
-              abs_td - quadratic)
+          per_item = 0.5 * quadratic**2 + cfg.huber_delta * (abs_td - quadratic)
         else:
-          per_item = 0.5 * td_error ** 2
+          per_item = 0.5 * td_error**2
         loss = tf.reduce_mean(weights * per_item)
       gradients = tape.gradient(loss, variables)
       metrics = diagnostics.gradient_norms(gradients, variables)
       optimizer.apply_gradients(zip(gradients, variables))
       step_counter.assign_add(1)
-      metrics.update({
+      metrics.update(
+        {
           "loss/td": loss,
           "loss/total": loss,
           "q/mean": tf.reduce_mean(q_taken),
@@ -291,15 +346,18 @@ class DQNAgent(Agent):
           "q/td_error": tf.reduce_mean(abs_td),
           "replay/importance_weight_mean": tf.reduce_mean(weights),
           "opt/learning_rate": tf.convert_to_tensor(optimizer.learning_rate),
-          "errors/nonfinite_updates": tf.cast(optimizer.nonfinite_updates,
-                                              tf.float32),
-      })
+          "errors/nonfinite_updates": tf.cast(
+            optimizer.nonfinite_updates, tf.float32
+          ),
+        }
+      )
       return td_error, metrics
 
     return train_fn
 
 
-def create_agent(observation_spec: ArraySpec, action_spec: ArraySpec,
-                 num_envs: int) -> DQNAgent:
+def create_agent(
+  observation_spec: ArraySpec, action_spec: ArraySpec, num_envs: int
+) -> DQNAgent:
   """Builds the agent with the gin-bound DQNConfig."""
   return DQNAgent(observation_spec, action_spec, num_envs, DQNConfig())

@@ -111,32 +111,49 @@ class DQNConfig:
 
   def __post_init__(self):
     self.head_hidden = tuple(int(h) for h in self.head_hidden)
-    checks.positive_ints(self, "n_step", "replay_capacity",
-                         "total_learner_steps", "min_replay_size",
-                         "batch_size", "target_update_period",
-                         "epsilon_decay_steps", "unroll_length")
+    checks.positive_ints(
+      self,
+      "n_step",
+      "replay_capacity",
+      "total_learner_steps",
+      "min_replay_size",
+      "batch_size",
+      "target_update_period",
+      "epsilon_decay_steps",
+      "unroll_length",
+    )
     if any(h < 1 for h in self.head_hidden):
-      checks.fail(self, f"head_hidden must hold positive layer widths, got "
-                  f"{self.head_hidden}")
+      checks.fail(
+        self,
+        f"head_hidden must hold positive layer widths, got {self.head_hidden}",
+      )
     if self.unroll_length < self.n_step:
       checks.fail(
-          self, f"unroll_length ({self.unroll_length}) must be >= n_step "
-          f"({self.n_step}): an unroll of unroll_length + 1 steps overlapping "
-          f"the previous one by n_step steps would hold no new transition")
+        self,
+        f"unroll_length ({self.unroll_length}) must be >= n_step "
+        f"({self.n_step}): an unroll of unroll_length + 1 steps overlapping "
+        f"the previous one by n_step steps would hold no new transition",
+      )
     checks.discount(self)
-    checks.non_negative(self, "value_rescaling_eps",
-                        why="h is not invertible otherwise")
+    checks.non_negative(
+      self, "value_rescaling_eps", why="h is not invertible otherwise"
+    )
     checks.positive(self, "huber_delta")
     checks.min_replay_size(self)
     if self.min_replay_size < self.batch_size:
       checks.fail(
-          self, f"min_replay_size ({self.min_replay_size}) must be >= "
-          f"batch_size ({self.batch_size}) so the first batch is not mostly "
-          f"duplicates")
+        self,
+        f"min_replay_size ({self.min_replay_size}) must be >= "
+        f"batch_size ({self.batch_size}) so the first batch is not mostly "
+        f"duplicates",
+      )
     checks.non_negative(self, "priority_exponent")
     checks.in_unit_interval(self, "importance_sampling_exponent")
-    checks.positive(self, "priority_epsilon",
-                    why="so a perfectly fit transition can still be sampled")
+    checks.positive(
+      self,
+      "priority_epsilon",
+      why="so a perfectly fit transition can still be sampled",
+    )
     checks.positive(self, "samples_per_insert", why="0 would never train")
     checks.rate_limiter_error_buffer(self, self.rate_limiter_error_buffer)
     checks.positive(self, "learning_rate")
@@ -147,12 +164,16 @@ class DQNConfig:
       checks.fail(self, f"noisy must be one of {_NOISY}, got {self.noisy!r}")
     if self.noisy is not None and (self.epsilon_start or self.epsilon_end):
       raise ValueError(
-          "DQNConfig: with noisy layers exploration comes from the noise; set "
-          "epsilon_start = epsilon_end = 0 (Fortunato et al. 2017), got "
-          f"{self.epsilon_start} -> {self.epsilon_end}")
+        "DQNConfig: with noisy layers exploration comes from the noise; set "
+        "epsilon_start = epsilon_end = 0 (Fortunato et al. 2017), got "
+        f"{self.epsilon_start} -> {self.epsilon_end}"
+      )
     if self.noisy_sigma0 is not None and not self.noisy_sigma0 > 0:
       checks.fail(self, f"noisy_sigma0 must be > 0, got {self.noisy_sigma0}")
     if self.noisy is None and self.noisy_sigma0 is not None:
-      checks.fail(self, "noisy_sigma0 is set but noisy is None; pick 'ig' or "
-                  "'fg' or drop noisy_sigma0")
+      checks.fail(
+        self,
+        "noisy_sigma0 is set but noisy is None; pick 'ig' or "
+        "'fg' or drop noisy_sigma0",
+      )
     checks.torso_factory(self)

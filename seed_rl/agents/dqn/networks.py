@@ -18,16 +18,24 @@ class QNetwork(keras.layers.Layer):
   NoisyDense (the torso stays deterministic, as in Rainbow).
   """
 
-  def __init__(self, torso_fn: Callable[[], keras.layers.Layer],
-               num_actions: int, head_hidden: Sequence[int] = (),
-               dueling: bool = False, noisy: Optional[str] = None,
-               noisy_sigma0: Optional[float] = None, **kwargs):
+  def __init__(
+    self,
+    torso_fn: Callable[[], keras.layers.Layer],
+    num_actions: int,
+    head_hidden: Sequence[int] = (),
+    dueling: bool = False,
+    noisy: Optional[str] = None,
+    noisy_sigma0: Optional[float] = None,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     if num_actions < 1:
       raise ValueError(f"QNetwork num_actions must be >= 1, got {num_actions}")
     if noisy is not None and noisy not in noisy_lib.NOISE_TYPES:
-      raise ValueError(f"QNetwork noisy must be None or one of "
-                       f"{noisy_lib.NOISE_TYPES}, got {noisy!r}")
+      raise ValueError(
+        f"QNetwork noisy must be None or one of "
+        f"{noisy_lib.NOISE_TYPES}, got {noisy!r}"
+      )
     self.num_actions = int(num_actions)
     self.dueling = bool(dueling)
     self.noisy = noisy
@@ -35,22 +43,30 @@ class QNetwork(keras.layers.Layer):
     self.torso = torso_fn()
     if self.dueling:
       self.value_stream = self._stack(head_hidden, 1, "value")
-      self.advantage_stream = self._stack(head_hidden, self.num_actions,
-                                          "advantage")
+      self.advantage_stream = self._stack(
+        head_hidden, self.num_actions, "advantage"
+      )
     else:
       self.q_stream = self._stack(head_hidden, self.num_actions, "q")
 
   def _dense(self, units: int, activation, name: str):
     if self.noisy is None:
       return keras.layers.Dense(units, activation=activation, name=name)
-    return noisy_lib.NoisyDense(units, noise_type=self.noisy,
-                                sigma0=self._sigma0, activation=activation,
-                                name=name)
+    return noisy_lib.NoisyDense(
+      units,
+      noise_type=self.noisy,
+      sigma0=self._sigma0,
+      activation=activation,
+      name=name,
+    )
 
-  def _stack(self, hidden: Sequence[int], outputs: int,
-             name: str) -> List[keras.layers.Layer]:
-    layers = [self._dense(int(units), "relu", f"{name}_hidden_{i}")
-              for i, units in enumerate(hidden)]
+  def _stack(
+    self, hidden: Sequence[int], outputs: int, name: str
+  ) -> List[keras.layers.Layer]:
+    layers = [
+      self._dense(int(units), "relu", f"{name}_hidden_{i}")
+      for i, units in enumerate(hidden)
+    ]
     layers.append(self._dense(outputs, None, f"{name}_out"))
     # tf.train.Checkpoint does not see layers held only in a Python list of
     # a Keras 3 layer, so each one is also an attribute of its own.
@@ -60,8 +76,11 @@ class QNetwork(keras.layers.Layer):
 
   def _run(self, layers, x, deterministic: bool):
     for layer in layers:
-      x = (layer(x, deterministic=deterministic) if self.noisy is not None
-           else layer(x))
+      x = (
+        layer(x, deterministic=deterministic)
+        if self.noisy is not None
+        else layer(x)
+      )
     return x
 
   def call(self, observation, deterministic: bool = False):
@@ -71,15 +90,21 @@ class QNetwork(keras.layers.Layer):
       return self._run(self.q_stream, features, deterministic)
     value = self._run(self.value_stream, features, deterministic)
     advantage = self._run(self.advantage_stream, features, deterministic)
-    return value + advantage - tf.reduce_mean(advantage, axis=-1,
-                                              keepdims=True)
+    return value + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
 
   @property
   def noisy_layers(self) -> List[noisy_lib.NoisyDense]:
-    streams = ((self.value_stream, self.advantage_stream) if self.dueling
-               else (self.q_stream,))
-    return [layer for stream in streams for layer in stream
-            if isinstance(layer, noisy_lib.NoisyDense)]
+    streams = (
+      (self.value_stream, self.advantage_stream)
+      if self.dueling
+      else (self.q_stream,)
+    )
+    return [
+      layer
+      for stream in streams
+      for layer in stream
+      if isinstance(layer, noisy_lib.NoisyDense)
+    ]
 
   def reset_noise(self) -> None:
     """Resamples the noise of every NoisyDense layer (no-op without)."""
@@ -89,5 +114,6 @@ class QNetwork(keras.layers.Layer):
 
 def build_q_network(network: QNetwork, observation_spec) -> None:
   """Creates the variables by running a batch of one zero observation."""
-  network(tf.zeros((1,) + tuple(observation_spec.shape),
-                   observation_spec.dtype))
+  network(
+    tf.zeros((1,) + tuple(observation_spec.shape), observation_spec.dtype)
+  )

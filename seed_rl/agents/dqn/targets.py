@@ -39,14 +39,20 @@ from seed_rl.common import value_rescaling
 
 def _check_time_major(name: str, array, shape) -> None:
   if tuple(array.shape) != tuple(shape):
-    raise ValueError(f"{name}: shape {list(array.shape)}, expected "
-                     f"{list(shape)} (time-major [T+1, B])")
+    raise ValueError(
+      f"{name}: shape {list(array.shape)}, expected "
+      f"{list(shape)} (time-major [T+1, B])"
+    )
 
 
-def nstep_transitions(reward: np.ndarray, terminated: np.ndarray,
-                      truncated: np.ndarray, bootstrap_value: np.ndarray,
-                      discount: float, n_step: int
-                      ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def nstep_transitions(
+  reward: np.ndarray,
+  terminated: np.ndarray,
+  truncated: np.ndarray,
+  bootstrap_value: np.ndarray,
+  discount: float,
+  n_step: int,
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
   """n-step returns for start steps 0..S-1, S = T+1-n_step.
 
   Args:
@@ -71,14 +77,19 @@ def nstep_transitions(reward: np.ndarray, terminated: np.ndarray,
   reward = np.asarray(reward, np.float64)
   if reward.ndim != 2:
     raise ValueError(f"reward: expected [T+1, B], got {list(reward.shape)}")
-  for name, array in (("terminated", terminated), ("truncated", truncated),
-                      ("bootstrap_value", bootstrap_value)):
+  for name, array in (
+    ("terminated", terminated),
+    ("truncated", truncated),
+    ("bootstrap_value", bootstrap_value),
+  ):
     _check_time_major(name, np.asarray(array), reward.shape)
   steps, batch = reward.shape
   num_starts = steps - n_step
   if num_starts < 1:
-    raise ValueError(f"an unroll of {steps} steps holds no {n_step}-step "
-                     "transition; unroll_length must be >= n_step")
+    raise ValueError(
+      f"an unroll of {steps} steps holds no {n_step}-step "
+      "transition; unroll_length must be >= n_step"
+    )
   terminated = np.asarray(terminated, bool)
   truncated = np.asarray(truncated, bool)
   bootstrap_value = np.asarray(bootstrap_value, np.float64)
@@ -91,18 +102,23 @@ def nstep_transitions(reward: np.ndarray, terminated: np.ndarray,
     scale = discount ** (j - 1)
     returns += np.where(alive, scale * reward[step], 0.0)
     ended_here = alive & (terminated[step] | truncated[step])
-    returns += np.where(alive & truncated[step],
-                        discount * scale * bootstrap_value[step], 0.0)
+    returns += np.where(
+      alive & truncated[step], discount * scale * bootstrap_value[step], 0.0
+    )
     index = np.where(ended_here, starts + j, index)
     alive &= ~ended_here
   index = np.where(alive, starts + n_step, index)
-  bootstrap_discount = np.where(alive, discount ** n_step, 0.0)
-  return (returns.astype(np.float32), bootstrap_discount.astype(np.float32),
-          index)
+  bootstrap_discount = np.where(alive, discount**n_step, 0.0)
+  return (
+    returns.astype(np.float32),
+    bootstrap_discount.astype(np.float32),
+    index,
+  )
 
 
-def double_q_bootstrap(online_q_next: tf.Tensor, target_q_next: tf.Tensor,
-                       double_q: bool = True) -> tf.Tensor:
+def double_q_bootstrap(
+  online_q_next: tf.Tensor, target_q_next: tf.Tensor, double_q: bool = True
+) -> tf.Tensor:
   """Q_target(s', argmax_a Q_online(s', a)) (van Hasselt et al. 2016), or
   max_a Q_target(s', a) when not double. [..., A] -> [...]."""
   if not double_q:
@@ -110,15 +126,20 @@ def double_q_bootstrap(online_q_next: tf.Tensor, target_q_next: tf.Tensor,
   greedy = tf.argmax(online_q_next, axis=-1, output_type=tf.int32)
   num_actions = tf.shape(target_q_next)[-1]
   return tf.reduce_sum(
-      tf.one_hot(greedy, num_actions, dtype=target_q_next.dtype)
-      * target_q_next, axis=-1)
+    tf.one_hot(greedy, num_actions, dtype=target_q_next.dtype) * target_q_next,
+    axis=-1,
+  )
 
 
-def transition_targets(returns: tf.Tensor, bootstrap_discount: tf.Tensor,
-                       online_q_next: tf.Tensor, target_q_next: tf.Tensor,
-                       double_q: bool = True, rescale: bool = False,
-                       eps: float = value_rescaling.DEFAULT_EPSILON
-                       ) -> tf.Tensor:
+def transition_targets(
+  returns: tf.Tensor,
+  bootstrap_discount: tf.Tensor,
+  online_q_next: tf.Tensor,
+  target_q_next: tf.Tensor,
+  double_q: bool = True,
+  rescale: bool = False,
+  eps: float = value_rescaling.DEFAULT_EPSILON,
+) -> tf.Tensor:
   """Targets [...] for transitions [...] with next-state Q values [..., A].
 
   Q values are in the network's space (h(Q) when `rescale`); returns are raw.
@@ -132,13 +153,19 @@ def transition_targets(returns: tf.Tensor, bootstrap_discount: tf.Tensor,
   return tf.stop_gradient(target)
 
 
-def n_step_double_q_targets(reward: tf.Tensor, terminated: tf.Tensor,
-                            truncated: tf.Tensor, bootstrap_value: tf.Tensor,
-                            online_q: tf.Tensor, target_q: tf.Tensor,
-                            discount: float, n_step: int,
-                            double_q: bool = True, rescale: bool = False,
-                            eps: float = value_rescaling.DEFAULT_EPSILON
-                            ) -> tf.Tensor:
+def n_step_double_q_targets(
+  reward: tf.Tensor,
+  terminated: tf.Tensor,
+  truncated: tf.Tensor,
+  bootstrap_value: tf.Tensor,
+  online_q: tf.Tensor,
+  target_q: tf.Tensor,
+  discount: float,
+  n_step: int,
+  double_q: bool = True,
+  rescale: bool = False,
+  eps: float = value_rescaling.DEFAULT_EPSILON,
+) -> tf.Tensor:
   """Targets [S, B], S = T+1-n, for steps 0..S-1 of time-major unrolls.
 
   Args:
@@ -152,8 +179,10 @@ def n_step_double_q_targets(reward: tf.Tensor, terminated: tf.Tensor,
   steps = reward.shape[0]
   num_starts = steps - n_step
   if num_starts < 1:
-    raise ValueError(f"an unroll of {steps} steps holds no {n_step}-step "
-                     "transition; unroll_length must be >= n_step")
+    raise ValueError(
+      f"an unroll of {steps} steps holds no {n_step}-step "
+      "transition; unroll_length must be >= n_step"
+    )
   reward = tf.cast(reward, tf.float32)
   ended = tf.logical_or(terminated, truncated)
   truncated_f = tf.cast(truncated, tf.float32)
@@ -167,10 +196,11 @@ def n_step_double_q_targets(reward: tf.Tensor, terminated: tf.Tensor,
     window = slice(j, j + num_starts)
     scale = discount ** (j - 1)
     returns += alive * scale * reward[window]
-    returns += alive * truncated_f[window] * discount * scale * (
-        bootstrap_value[window])
+    returns += (
+      alive * truncated_f[window] * discount * scale * (bootstrap_value[window])
+    )
     alive *= 1.0 - tf.cast(ended[window], tf.float32)
-  target = returns + alive * discount ** n_step * step_bootstrap[n_step:]
+  target = returns + alive * discount**n_step * step_bootstrap[n_step:]
   if rescale:
     target = value_rescaling.h(target, eps)
   return tf.stop_gradient(target)

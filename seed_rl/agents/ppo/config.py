@@ -122,53 +122,75 @@ class PPOConfig:
     def fail(message):
       checks.fail(self, message)
 
-    checks.positive_ints(self, "unroll_length", "batch_size", "num_epochs",
-                         "num_minibatches")
+    checks.positive_ints(
+      self, "unroll_length", "batch_size", "num_epochs", "num_minibatches"
+    )
     steps = self.unroll_length * self.batch_size
     if self.num_minibatches > steps:
-      fail(f"num_minibatches ({self.num_minibatches}) exceeds the "
-           f"{steps} transitions of an update (unroll_length * batch_size); "
-           f"some minibatches would be empty")
+      fail(
+        f"num_minibatches ({self.num_minibatches}) exceeds the "
+        f"{steps} transitions of an update (unroll_length * batch_size); "
+        f"some minibatches would be empty"
+      )
     checks.positive(self, "learning_rate")
     if not 0 < self.clip_ratio < 1:
-      fail(f"clip_ratio must be in (0, 1): the ratio is clipped to "
-           f"[1 - eps, 1 + eps], got {self.clip_ratio}")
+      fail(
+        f"clip_ratio must be in (0, 1): the ratio is clipped to "
+        f"[1 - eps, 1 + eps], got {self.clip_ratio}"
+      )
     if self.anneal_learning_rate or self.anneal_clip_ratio:
-      if (self.total_learner_steps is None or
-          isinstance(self.total_learner_steps, bool) or
-          self.total_learner_steps < 1):
-        fail(f"total_learner_steps must be a positive number of PPO updates "
-             f"when annealing (it is the horizon where the learning rate / "
-             f"clip ratio reach 0), got {self.total_learner_steps!r}")
+      if (
+        self.total_learner_steps is None
+        or isinstance(self.total_learner_steps, bool)
+        or self.total_learner_steps < 1
+      ):
+        fail(
+          f"total_learner_steps must be a positive number of PPO updates "
+          f"when annealing (it is the horizon where the learning rate / "
+          f"clip ratio reach 0), got {self.total_learner_steps!r}"
+        )
     checks.choice(self, "loss", LOSS_TYPES)
-    checks.positive(self, "kl_target",
-                    why="nats; beta is adapted around it")
-    checks.positive(self, "initial_kl_coef",
-                    why="beta = 0 never grows back under multiplicative "
-                    "adaptation")
+    checks.positive(self, "kl_target", why="nats; beta is adapted around it")
+    checks.positive(
+      self,
+      "initial_kl_coef",
+      why="beta = 0 never grows back under multiplicative adaptation",
+    )
     if self.kl_cutoff_factor is not None and not self.kl_cutoff_factor > 1:
-      fail(f"kl_cutoff_factor must be > 1 (the cutoff sits above the target) "
-           f"or None, got {self.kl_cutoff_factor}")
+      fail(
+        f"kl_cutoff_factor must be > 1 (the cutoff sits above the target) "
+        f"or None, got {self.kl_cutoff_factor}"
+      )
     checks.non_negative(self, "kl_cutoff_coef")
     if self.value_clip is not None and not self.value_clip > 0:
-      fail(f"value_clip must be > 0 or None; 0 would freeze the value "
-           f"function, got {self.value_clip}")
+      fail(
+        f"value_clip must be > 0 or None; 0 would freeze the value "
+        f"function, got {self.value_clip}"
+      )
     checks.discount(self, "gamma")
     checks.in_unit_interval(self, "gae_lambda")
-    checks.non_negative(self, "entropy_cost", "value_cost",
-                        why="a negative weight flips the objective")
+    checks.non_negative(
+      self,
+      "entropy_cost",
+      "value_cost",
+      why="a negative weight flips the objective",
+    )
     checks.max_grad_norm(self)
     checks.optimizer_epsilon(self, "adam_epsilon")
     if self.early_stop_kl is not None and not self.early_stop_kl > 0:
-      fail(f"early_stop_kl must be > 0 nats or None; 0 would stop every "
-           f"update after its first minibatch, got {self.early_stop_kl}")
+      fail(
+        f"early_stop_kl must be > 0 nats or None; 0 would stop every "
+        f"update after its first minibatch, got {self.early_stop_kl}"
+      )
     checks.positive(self, "observation_clip", "reward_clip")
     checks.choice(self, "reward_clipping", _REWARD_CLIPPING)
     checks.choice(self, "log_std", _LOG_STD_MODES)
     checks.choice(self, "bound_handling", _BOUND_HANDLING)
     if not -20 < self.init_log_std < 2:
-      fail(f"init_log_std must be in (-20, 2), the clamp of the Gaussian's "
-           f"log std; got {self.init_log_std}")
+      fail(
+        f"init_log_std must be in (-20, 2), the clamp of the Gaussian's "
+        f"log std; got {self.init_log_std}"
+      )
     checks.torso_factory(self, allow_none=True)
     checks.queue_capacity(self)
 

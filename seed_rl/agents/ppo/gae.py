@@ -36,12 +36,14 @@ import tensorflow as tf
 from seed_rl.common.agent_api import check_time_major
 
 
-def gae(rewards: tf.Tensor,
-        values: tf.Tensor,
-        next_values: tf.Tensor,
-        discounts: tf.Tensor,
-        trace_mask: tf.Tensor,
-        lambda_: float) -> Tuple[tf.Tensor, tf.Tensor]:
+def gae(
+  rewards: tf.Tensor,
+  values: tf.Tensor,
+  next_values: tf.Tensor,
+  discounts: tf.Tensor,
+  trace_mask: tf.Tensor,
+  lambda_: float,
+) -> Tuple[tf.Tensor, tf.Tensor]:
   """Computes GAE(lambda) advantages and lambda-return value targets.
 
   Args:
@@ -62,8 +64,12 @@ def gae(rewards: tf.Tensor,
   if not 0.0 <= lambda_ <= 1.0:
     raise ValueError(f"gae: lambda_ must be in [0, 1], got {lambda_}")
   values = tf.convert_to_tensor(values, tf.float32)
-  inputs = {"rewards": rewards, "next_values": next_values,
-            "discounts": discounts, "trace_mask": trace_mask}
+  inputs = {
+    "rewards": rewards,
+    "next_values": next_values,
+    "discounts": discounts,
+    "trace_mask": trace_mask,
+  }
   inputs = {k: tf.convert_to_tensor(v, tf.float32) for k, v in inputs.items()}
   check_time_major("gae", "values", values, values)
   for name, tensor in inputs.items():
@@ -77,19 +83,22 @@ def gae(rewards: tf.Tensor,
     delta, decay_t = elems
     return delta + decay_t * acc
 
-  advantages = tf.scan(step, (deltas, decay),
-                       initializer=tf.zeros_like(deltas[0]), reverse=True)
+  advantages = tf.scan(
+    step, (deltas, decay), initializer=tf.zeros_like(deltas[0]), reverse=True
+  )
   advantages = tf.stop_gradient(advantages)
   return advantages, advantages + values
 
 
-def unroll_gae(values: tf.Tensor,
-               rewards: tf.Tensor,
-               terminated: tf.Tensor,
-               truncated: tf.Tensor,
-               bootstrap_value: tf.Tensor,
-               gamma: float,
-               lambda_: float) -> Tuple[tf.Tensor, tf.Tensor]:
+def unroll_gae(
+  values: tf.Tensor,
+  rewards: tf.Tensor,
+  terminated: tf.Tensor,
+  truncated: tf.Tensor,
+  bootstrap_value: tf.Tensor,
+  gamma: float,
+  lambda_: float,
+) -> Tuple[tf.Tensor, tf.Tensor]:
   """GAE over a time-major unroll, building the episode-end inputs of `gae`.
 
   Args:
@@ -108,9 +117,9 @@ def unroll_gae(values: tf.Tensor,
   values = tf.convert_to_tensor(values, tf.float32)
   terminated = tf.convert_to_tensor(terminated, tf.bool)
   truncated = tf.convert_to_tensor(truncated, tf.bool)
-  next_values = tf.where(truncated,
-                         tf.convert_to_tensor(bootstrap_value, tf.float32),
-                         values[1:])
+  next_values = tf.where(
+    truncated, tf.convert_to_tensor(bootstrap_value, tf.float32), values[1:]
+  )
   discounts = gamma * (1.0 - tf.cast(terminated, tf.float32))
   trace_mask = 1.0 - tf.cast(tf.logical_or(terminated, truncated), tf.float32)
   return gae(rewards, values[:-1], next_values, discounts, trace_mask, lambda_)

@@ -23,15 +23,17 @@ import tensorflow as tf
 LOSS_TYPES = ("clip", "kl_penalty")
 
 
-def normalize_advantages(advantages: tf.Tensor,
-                         epsilon: float = 1e-8) -> tf.Tensor:
+def normalize_advantages(
+  advantages: tf.Tensor, epsilon: float = 1e-8
+) -> tf.Tensor:
   """[N] -> zero mean, unit (population) std over the N samples."""
   mean, var = tf.nn.moments(advantages, axes=[0])
   return (advantages - mean) / (tf.sqrt(var) + epsilon)
 
 
-def clipped_surrogate(ratio: tf.Tensor, advantages: tf.Tensor,
-                      clip_ratio) -> tf.Tensor:
+def clipped_surrogate(
+  ratio: tf.Tensor, advantages: tf.Tensor, clip_ratio
+) -> tf.Tensor:
   """Per-sample L^CLIP [N] (to maximise).
 
   The min makes the objective pessimistic: once r has moved past 1 +- eps in
@@ -42,42 +44,60 @@ def clipped_surrogate(ratio: tf.Tensor, advantages: tf.Tensor,
   return tf.minimum(ratio * advantages, clipped * advantages)
 
 
-def kl_penalty_surrogate(ratio: tf.Tensor, advantages: tf.Tensor,
-                         kl: tf.Tensor, kl_coef,
-                         kl_target: Optional[float] = None,
-                         cutoff_factor: Optional[float] = None,
-                         cutoff_coef: float = 1000.0) -> tf.Tensor:
+def kl_penalty_surrogate(
+  ratio: tf.Tensor,
+  advantages: tf.Tensor,
+  kl: tf.Tensor,
+  kl_coef,
+  kl_target: Optional[float] = None,
+  cutoff_factor: Optional[float] = None,
+  cutoff_coef: float = 1000.0,
+) -> tf.Tensor:
   """Per-sample L^KLPEN [N] (to maximise); kl is KL(mu || pi_theta) [N]."""
   objective = ratio * advantages - kl_coef * kl
   if cutoff_factor is not None:
     if kl_target is None:
-      raise ValueError("kl_penalty_surrogate: cutoff_factor needs kl_target "
-                       "(the cutoff sits at cutoff_factor * kl_target)")
+      raise ValueError(
+        "kl_penalty_surrogate: cutoff_factor needs kl_target "
+        "(the cutoff sits at cutoff_factor * kl_target)"
+      )
     excess = tf.nn.relu(kl - cutoff_factor * kl_target)
     objective -= cutoff_coef * tf.square(excess)
   return objective
 
 
-def value_loss(values: tf.Tensor, returns: tf.Tensor,
-               old_values: Optional[tf.Tensor] = None,
-               value_clip: Optional[float] = None) -> tf.Tensor:
+def value_loss(
+  values: tf.Tensor,
+  returns: tf.Tensor,
+  old_values: Optional[tf.Tensor] = None,
+  value_clip: Optional[float] = None,
+) -> tf.Tensor:
   """Per-sample value loss [N]; clipping needs old_values (V before update)."""
   returns = tf.stop_gradient(returns)
   loss = tf.square(values - returns)
   if value_clip is not None:
     if old_values is None:
-      raise ValueError("value_loss: value_clip needs old_values, the value "
-                       "predictions before this update")
+      raise ValueError(
+        "value_loss: value_clip needs old_values, the value "
+        "predictions before this update"
+      )
     old_values = tf.stop_gradient(old_values)
-    clipped = old_values + tf.clip_by_value(values - old_values, -value_clip,
-                                            value_clip)
+    clipped = old_values + tf.clip_by_value(
+      values - old_values, -value_clip, value_clip
+    )
     loss = tf.maximum(loss, tf.square(clipped - returns))
   return 0.5 * loss
 
 
-def adapt_kl_coef(kl_coef: float, measured_kl: float, kl_target: float,
-                  tolerance: float = 1.5, factor: float = 2.0,
-                  min_coef: float = 1e-6, max_coef: float = 1e6) -> float:
+def adapt_kl_coef(
+  kl_coef: float,
+  measured_kl: float,
+  kl_target: float,
+  tolerance: float = 1.5,
+  factor: float = 2.0,
+  min_coef: float = 1e-6,
+  max_coef: float = 1e6,
+) -> float:
   """Section 4 of the paper: grow beta on KL overshoot, shrink on undershoot.
 
   The bounds keep beta from under/overflowing over long runs where the KL
@@ -90,26 +110,27 @@ def adapt_kl_coef(kl_coef: float, measured_kl: float, kl_target: float,
   return float(min(max(kl_coef, min_coef), max_coef))
 
 
-def ppo_loss(log_prob: tf.Tensor,
-             behaviour_log_prob: tf.Tensor,
-             advantages: tf.Tensor,
-             values: tf.Tensor,
-             returns: tf.Tensor,
-             entropy: tf.Tensor,
-             *,
-             loss_type: str = "clip",
-             clip_ratio=0.2,
-             old_values: Optional[tf.Tensor] = None,
-             value_clip: Optional[float] = None,
-             kl: Optional[tf.Tensor] = None,
-             kl_coef=1.0,
-             kl_target: Optional[float] = None,
-             kl_cutoff_factor: Optional[float] = None,
-             kl_cutoff_coef: float = 1000.0,
-             entropy_cost: float = 0.0,
-             value_cost: float = 0.5,
-             normalize_advantage: bool = True
-            ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+def ppo_loss(
+  log_prob: tf.Tensor,
+  behaviour_log_prob: tf.Tensor,
+  advantages: tf.Tensor,
+  values: tf.Tensor,
+  returns: tf.Tensor,
+  entropy: tf.Tensor,
+  *,
+  loss_type: str = "clip",
+  clip_ratio=0.2,
+  old_values: Optional[tf.Tensor] = None,
+  value_clip: Optional[float] = None,
+  kl: Optional[tf.Tensor] = None,
+  kl_coef=1.0,
+  kl_target: Optional[float] = None,
+  kl_cutoff_factor: Optional[float] = None,
+  kl_cutoff_coef: float = 1000.0,
+  entropy_cost: float = 0.0,
+  value_cost: float = 0.5,
+  normalize_advantage: bool = True,
+) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """Total PPO loss (to minimise) over a minibatch and its metrics.
 
   Args:
@@ -139,8 +160,10 @@ def ppo_loss(log_prob: tf.Tensor,
       KL(mu || pi_theta)), 'ppo/clip_fraction', 'ppo/kl_coef'.
   """
   if loss_type not in LOSS_TYPES:
-    raise ValueError(f"ppo_loss: loss_type {loss_type!r} is unknown; allowed: "
-                     f"{', '.join(LOSS_TYPES)}")
+    raise ValueError(
+      f"ppo_loss: loss_type {loss_type!r} is unknown; allowed: "
+      f"{', '.join(LOSS_TYPES)}"
+    )
   advantages = tf.stop_gradient(advantages)
   if normalize_advantage:
     advantages = normalize_advantages(advantages)
@@ -150,29 +173,40 @@ def ppo_loss(log_prob: tf.Tensor,
     objective = clipped_surrogate(ratio, advantages, clip_ratio)
   else:
     if kl is None:
-      raise ValueError("ppo_loss: loss_type='kl_penalty' needs kl, the "
-                       "per-sample KL(behaviour || current policy)")
-    objective = kl_penalty_surrogate(ratio, advantages, kl, kl_coef,
-                                     kl_target, kl_cutoff_factor,
-                                     kl_cutoff_coef)
+      raise ValueError(
+        "ppo_loss: loss_type='kl_penalty' needs kl, the "
+        "per-sample KL(behaviour || current policy)"
+      )
+    objective = kl_penalty_surrogate(
+      ratio,
+      advantages,
+      kl,
+      kl_coef,
+      kl_target,
+      kl_cutoff_factor,
+      kl_cutoff_coef,
+    )
   policy_loss = -tf.reduce_mean(objective)
   v_loss = value_cost * tf.reduce_mean(
-      value_loss(values, returns, old_values, value_clip))
+    value_loss(values, returns, old_values, value_clip)
+  )
   mean_entropy = tf.reduce_mean(entropy)
   entropy_loss = -entropy_cost * mean_entropy
   loss = policy_loss + v_loss + entropy_loss
 
   ratio_ng = tf.stop_gradient(ratio)
   metrics = {
-      "loss/total": loss,
-      "loss/policy": policy_loss,
-      "loss/value": v_loss,
-      "loss/entropy": entropy_loss,
-      "policy/entropy": tf.stop_gradient(mean_entropy),
-      "policy/approx_kl": tf.reduce_mean(
-          (ratio_ng - 1.0) - tf.stop_gradient(log_ratio)),
-      "policy/clip_fraction": tf.reduce_mean(
-          tf.cast(tf.abs(ratio_ng - 1.0) > clip_ratio, tf.float32)),
-      "ppo/kl_coef": tf.cast(kl_coef, tf.float32),
+    "loss/total": loss,
+    "loss/policy": policy_loss,
+    "loss/value": v_loss,
+    "loss/entropy": entropy_loss,
+    "policy/entropy": tf.stop_gradient(mean_entropy),
+    "policy/approx_kl": tf.reduce_mean(
+      (ratio_ng - 1.0) - tf.stop_gradient(log_ratio)
+    ),
+    "policy/clip_fraction": tf.reduce_mean(
+      tf.cast(tf.abs(ratio_ng - 1.0) > clip_ratio, tf.float32)
+    ),
+    "ppo/kl_coef": tf.cast(kl_coef, tf.float32),
   }
   return loss, metrics

@@ -19,11 +19,11 @@ from seed_rl.common import distributions
 from seed_rl.common.specs import ArraySpec
 
 
-def default_torso(observation_spec: ArraySpec) -> Callable[[],
-                                                           keras.layers.Layer]:
+def default_torso(
+  observation_spec: ArraySpec,
+) -> Callable[[], keras.layers.Layer]:
   """atari_torso for [H, W, C] uint8 frames, mlp_torso for everything else."""
-  if (observation_spec.dtype == "uint8" and
-      len(observation_spec.shape) == 3):
+  if observation_spec.dtype == "uint8" and len(observation_spec.shape) == 3:
     return atari_torso
   return mlp_torso
 
@@ -40,18 +40,22 @@ class PPONetwork(keras.layers.Layer):
     shared_torso: one torso for both heads.
   """
 
-  def __init__(self,
-               torso_fn: Callable[[], keras.layers.Layer],
-               distribution: distributions.ActionDistribution,
-               log_std: str = "state_independent",
-               init_log_std: float = 0.0,
-               shared_torso: bool = False,
-               **kwargs):
+  def __init__(
+    self,
+    torso_fn: Callable[[], keras.layers.Layer],
+    distribution: distributions.ActionDistribution,
+    log_std: str = "state_independent",
+    init_log_std: float = 0.0,
+    shared_torso: bool = False,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     self._gaussian = isinstance(distribution, distributions.DiagGaussian)
     if log_std not in ("state_independent", "state_dependent"):
-      raise ValueError(f"PPONetwork: log_std {log_std!r} is unknown; allowed: "
-                       f"state_independent, state_dependent")
+      raise ValueError(
+        f"PPONetwork: log_std {log_std!r} is unknown; allowed: "
+        f"state_independent, state_dependent"
+      )
     self.log_std_mode = log_std
     self.policy_torso = torso_fn()
     self.value_torso = None if shared_torso else torso_fn()
@@ -62,42 +66,55 @@ class PPONetwork(keras.layers.Layer):
     self._log_std_var = None
     if not self._gaussian:
       self.policy_head = keras.layers.Dense(
-          distribution.num_params, kernel_initializer=policy_init,
-          name="logits")
+        distribution.num_params, kernel_initializer=policy_init, name="logits"
+      )
     elif log_std == "state_independent":
       size = distribution.num_params // 2
       self.policy_head = keras.layers.Dense(
-          size, kernel_initializer=policy_init, name="mean")
+        size, kernel_initializer=policy_init, name="mean"
+      )
       self._log_std_var = self.add_weight(
-          shape=(size,), name="log_std",
-          initializer=keras.initializers.Constant(init_log_std))
+        shape=(size,),
+        name="log_std",
+        initializer=keras.initializers.Constant(init_log_std),
+      )
     else:
       size = distribution.num_params // 2
       bias = np.concatenate([np.zeros(size), np.full(size, init_log_std)])
       self.policy_head = keras.layers.Dense(
-          2 * size, kernel_initializer=policy_init,
-          bias_initializer=keras.initializers.Constant(bias.astype(np.float32)),
-          name="mean_and_log_std")
+        2 * size,
+        kernel_initializer=policy_init,
+        bias_initializer=keras.initializers.Constant(bias.astype(np.float32)),
+        name="mean_and_log_std",
+      )
     self.value_head = keras.layers.Dense(
-        1, kernel_initializer=keras.initializers.Orthogonal(gain=1.0),
-        name="value")
+      1,
+      kernel_initializer=keras.initializers.Orthogonal(gain=1.0),
+      name="value",
+    )
 
   def call(self, observation) -> Tuple[tf.Tensor, tf.Tensor]:
     """[B, *obs] -> policy params [B, P], value [B]."""
     features = self.policy_torso(observation)
     params = self.policy_head(features)
     if self._log_std_var is not None:
-      log_std = tf.broadcast_to(tf.convert_to_tensor(self._log_std_var),
-                                tf.shape(params))
+      log_std = tf.broadcast_to(
+        tf.convert_to_tensor(self._log_std_var), tf.shape(params)
+      )
       params = tf.concat([params, log_std], axis=-1)
-    value_features = (features if self.value_torso is None else
-                      self.value_torso(observation))
+    value_features = (
+      features if self.value_torso is None else self.value_torso(observation)
+    )
     value = tf.squeeze(self.value_head(value_features), axis=-1)
     return params, value
 
 
-def build_network(network: PPONetwork, observation_spec: ArraySpec,
-                  dtype: Optional[str] = None) -> None:
+def build_network(
+  network: PPONetwork, observation_spec: ArraySpec, dtype: Optional[str] = None
+) -> None:
   """Creates the variables by running a batch of one zero observation."""
-  network(tf.zeros((1,) + tuple(observation_spec.shape),
-                   dtype or observation_spec.dtype))
+  network(
+    tf.zeros(
+      (1,) + tuple(observation_spec.shape), dtype or observation_spec.dtype
+    )
+  )

@@ -20,10 +20,20 @@ from seed_rl.common import distributions
 
 # Metrics of one minibatch step (loss_lib.ppo_loss's plus grad and KL norms),
 # averaged over the steps of an update.
-_STEP_METRICS = ("loss/total", "loss/policy", "loss/value", "loss/entropy",
-                 "policy/entropy", "policy/approx_kl", "policy/clip_fraction",
-                 "ppo/kl_coef", "grad/norm", "grad/norm_torso",
-                 "grad/norm_head", "ppo/update_kl")
+_STEP_METRICS = (
+  "loss/total",
+  "loss/policy",
+  "loss/value",
+  "loss/entropy",
+  "policy/entropy",
+  "policy/approx_kl",
+  "policy/clip_fraction",
+  "ppo/kl_coef",
+  "grad/norm",
+  "grad/norm_torso",
+  "grad/norm_head",
+  "ppo/update_kl",
+)
 
 
 class PPOUpdate:
@@ -41,11 +51,16 @@ class PPOUpdate:
       [T, B, ...], rewards, terminated, truncated, bootstrap_value [T, B]).
   """
 
-  def __init__(self, config: PPOConfig, network,
-               distribution: distributions.ActionDistribution,
-               optimizer, kl_coef: tf.Variable,
-               preprocess: Callable[[tf.Tensor], tf.Tensor],
-               signature: List[tf.TensorSpec]):
+  def __init__(
+    self,
+    config: PPOConfig,
+    network,
+    distribution: distributions.ActionDistribution,
+    optimizer,
+    kl_coef: tf.Variable,
+    preprocess: Callable[[tf.Tensor], tf.Tensor],
+    signature: List[tf.TensorSpec],
+  ):
     self._config = config
     self._network = network
     self._distribution = distribution
@@ -53,12 +68,20 @@ class PPOUpdate:
     self._kl_coef = kl_coef
     self._preprocess = preprocess
     self._signature = list(signature)
-    self.targets_fn = tf.function(self._targets,
-                                  input_signature=self._signature)
+    self.targets_fn = tf.function(
+      self._targets, input_signature=self._signature
+    )
     self.update_fn = self._make_update_fn()
 
-  def _targets(self, observation, raw_action, rewards, terminated, truncated,
-               bootstrap_value):
+  def _targets(
+    self,
+    observation,
+    raw_action,
+    rewards,
+    terminated,
+    truncated,
+    bootstrap_value,
+  ):
     """Values, GAE and the proximal policy of a time-major batch.
 
     Args:
@@ -78,44 +101,75 @@ class PPOUpdate:
     value = tf.reshape(value, [t1, b])
     params = tf.reshape(params, [t1, b, distribution.num_params])
     advantages, returns = gae_lib.unroll_gae(
-        value, rewards, terminated, truncated, bootstrap_value, cfg.gamma,
-        cfg.gae_lambda)
+      value,
+      rewards,
+      terminated,
+      truncated,
+      bootstrap_value,
+      cfg.gamma,
+      cfg.gae_lambda,
+    )
     values, params = value[:-1], params[:-1]
     flat_params = tf.reshape(params, [-1, distribution.num_params])
     flat_actions = tf.reshape(
-        raw_action, tf.concat([[-1], tf.shape(raw_action)[2:]], axis=0))
-    log_prob = tf.reshape(distribution.log_prob(flat_params, flat_actions),
-                          tf.shape(values))
+      raw_action, tf.concat([[-1], tf.shape(raw_action)[2:]], axis=0)
+    )
+    log_prob = tf.reshape(
+      distribution.log_prob(flat_params, flat_actions), tf.shape(values)
+    )
     return values, advantages, returns, params, log_prob
 
-  def _minibatch_step(self, observation, raw_action, behaviour_log_prob,
-                      advantages, returns, old_values, prox_params,
-                      prox_log_prob, clip_ratio):
+  def _minibatch_step(
+    self,
+    observation,
+    raw_action,
+    behaviour_log_prob,
+    advantages,
+    returns,
+    old_values,
+    prox_params,
+    prox_log_prob,
+    clip_ratio,
+  ):
     """One gradient step on N transitions ([N, ...]); returns its metrics."""
     cfg, distribution = self._config, self._distribution
     variables = self._network.trainable_variables
     with tf.GradientTape() as tape:
       params, values = self._network(self._preprocess(observation))
       log_prob = distribution.log_prob(params, raw_action)
-      kl = (distribution.kl(prox_params, params)
-            if cfg.loss == "kl_penalty" else None)
+      kl = (
+        distribution.kl(prox_params, params)
+        if cfg.loss == "kl_penalty"
+        else None
+      )
       total, metrics = loss_lib.ppo_loss(
-          log_prob, behaviour_log_prob, advantages, values, returns,
-          distribution.entropy(params),
-          loss_type=cfg.loss, clip_ratio=clip_ratio, old_values=old_values,
-          value_clip=cfg.value_clip, kl=kl,
-          kl_coef=tf.convert_to_tensor(self._kl_coef),
-          kl_target=cfg.kl_target, kl_cutoff_factor=cfg.kl_cutoff_factor,
-          kl_cutoff_coef=cfg.kl_cutoff_coef, entropy_cost=cfg.entropy_cost,
-          value_cost=cfg.value_cost,
-          normalize_advantage=cfg.normalize_advantages)
+        log_prob,
+        behaviour_log_prob,
+        advantages,
+        values,
+        returns,
+        distribution.entropy(params),
+        loss_type=cfg.loss,
+        clip_ratio=clip_ratio,
+        old_values=old_values,
+        value_clip=cfg.value_clip,
+        kl=kl,
+        kl_coef=tf.convert_to_tensor(self._kl_coef),
+        kl_target=cfg.kl_target,
+        kl_cutoff_factor=cfg.kl_cutoff_factor,
+        kl_cutoff_coef=cfg.kl_cutoff_coef,
+        entropy_cost=cfg.entropy_cost,
+        value_cost=cfg.value_cost,
+        normalize_advantage=cfg.normalize_advantages,
+      )
     gradients = tape.gradient(total, variables)
     metrics.update(diagnostics.gradient_norms(gradients, variables))
     # The KL from the start of the update, before this step (drives early
     # stopping; the same estimator as ppo/approx_kl).
     log_ratio = tf.stop_gradient(log_prob) - prox_log_prob
     metrics["ppo/update_kl"] = tf.reduce_mean(
-        tf.exp(log_ratio) - 1.0 - log_ratio)
+      tf.exp(log_ratio) - 1.0 - log_ratio
+    )
     self._optimizer.apply_gradients(zip(gradients, variables))
     return metrics
 
@@ -124,17 +178,37 @@ class PPOUpdate:
     num_minibatches = cfg.num_minibatches
     early_stop_kl = cfg.early_stop_kl
 
-    @tf.function(input_signature=self._signature + [
+    @tf.function(
+      input_signature=self._signature
+      + [
         tf.TensorSpec([None, None], tf.float32),
         tf.TensorSpec([None, None], tf.int32),
-        tf.TensorSpec([], tf.float32)])
-    def update_fn(observation, raw_action, rewards, terminated, truncated,
-                  bootstrap_value, behaviour_log_prob, order, clip_ratio):
+        tf.TensorSpec([], tf.float32),
+      ]
+    )
+    def update_fn(
+      observation,
+      raw_action,
+      rewards,
+      terminated,
+      truncated,
+      bootstrap_value,
+      behaviour_log_prob,
+      order,
+      clip_ratio,
+    ):
       """A whole PPO update; order [num_epochs, T*B] shuffles each epoch."""
-      target_args = (observation, raw_action, rewards, terminated, truncated,
-                     bootstrap_value)
-      values, advantages, returns, prox_params, prox_log_prob = (
-          self._targets(*target_args))
+      target_args = (
+        observation,
+        raw_action,
+        rewards,
+        terminated,
+        truncated,
+        bootstrap_value,
+      )
+      values, advantages, returns, prox_params, prox_log_prob = self._targets(
+        *target_args
+      )
 
       def flat(x):
         return tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], axis=0))
@@ -157,14 +231,20 @@ class PPOUpdate:
           advantages, returns = flat(new_adv), flat(new_ret)
         for m in tf.range(num_minibatches):
           # Equal-as-possible contiguous slices of this epoch's permutation.
-          idx = order[epoch, (m * n) // num_minibatches:
-                      ((m + 1) * n) // num_minibatches]
+          idx = order[
+            epoch, (m * n) // num_minibatches : ((m + 1) * n) // num_minibatches
+          ]
           metrics = self._minibatch_step(
-              tf.gather(obs_flat, idx), tf.gather(action_flat, idx),
-              tf.gather(behaviour_flat, idx), tf.gather(advantages, idx),
-              tf.gather(returns, idx), tf.gather(old_values, idx),
-              tf.gather(prox_params, idx), tf.gather(prox_log_prob, idx),
-              clip_ratio)
+            tf.gather(obs_flat, idx),
+            tf.gather(action_flat, idx),
+            tf.gather(behaviour_flat, idx),
+            tf.gather(advantages, idx),
+            tf.gather(returns, idx),
+            tf.gather(old_values, idx),
+            tf.gather(prox_params, idx),
+            tf.gather(prox_log_prob, idx),
+            clip_ratio,
+          )
           sums += tf.stack([tf.cast(metrics[k], tf.float32) for k in names])
           count += 1
           if early_stop_kl is not None:
@@ -176,17 +256,20 @@ class PPOUpdate:
 
       means = sums / tf.cast(count, tf.float32)
       out = {name: means[i] for i, name in enumerate(names)}
-      out.update({
+      out.update(
+        {
           "value/explained_variance": explained_variance,
           "ppo/epochs": tf.cast(count, tf.float32) / num_minibatches,
           "ppo/early_stopped": tf.cast(stopped, tf.float32),
           **diagnostics.advantage_stats(advantages),
           "value/target_mean": tf.reduce_mean(returns),
-      })
+        }
+      )
       if cfg.loss == "kl_penalty":
         params, _ = self._network(self._preprocess(obs_flat))
         out["ppo/update_kl_final"] = tf.reduce_mean(
-            distribution.kl(prox_params, params))
+          distribution.kl(prox_params, params)
+        )
       return out
 
     return update_fn

@@ -43,43 +43,60 @@ class R2D2Agent(Agent):
   `ActInputs.eval_mask` use `eval_epsilon` instead.
   """
 
-  def __init__(self, observation_spec: ArraySpec, action_spec: ArraySpec,
-               num_envs: int, config: Optional[R2D2Config] = None):
+  def __init__(
+    self,
+    observation_spec: ArraySpec,
+    action_spec: ArraySpec,
+    num_envs: int,
+    config: Optional[R2D2Config] = None,
+  ):
     super().__init__(observation_spec, action_spec, num_envs)
     if not action_spec.is_discrete or action_spec.shape != ():
-      raise ValueError(f"R2D2 needs a scalar discrete action spec (num_values "
-                       f"set, shape ()), got shape {action_spec.shape} "
-                       f"num_values {action_spec.num_values}")
+      raise ValueError(
+        f"R2D2 needs a scalar discrete action spec (num_values "
+        f"set, shape ()), got shape {action_spec.shape} "
+        f"num_values {action_spec.num_values}"
+      )
     self.config = cfg = config if config is not None else R2D2Config()
     self.unroll_length = cfg.unroll_length
     self.unroll_overlap = cfg.unroll_overlap
     self._num_actions = int(action_spec.num_values)
     make_net = lambda name: networks.R2D2Network(
-        cfg.torso, self._num_actions, cfg.lstm_units, cfg.head_hidden,
-        name=name)
+      cfg.torso, self._num_actions, cfg.lstm_units, cfg.head_hidden, name=name
+    )
     self._online = make_net("r2d2_online")
     self._target = make_net("r2d2_target")
     networks.build_network(self._online, observation_spec)
     networks.build_network(self._target, observation_spec)
     networks.copy_weights(self._online, self._target)
     self._optimizer = optimizers.make_optimizer(
-        "adam", cfg.learning_rate, epsilon=cfg.adam_epsilon,
-        max_grad_norm=cfg.max_grad_norm,
-        variables=self._online.trainable_variables)
+      "adam",
+      cfg.learning_rate,
+      epsilon=cfg.adam_epsilon,
+      max_grad_norm=cfg.max_grad_norm,
+      variables=self._online.trainable_variables,
+    )
     self._step_counter = optimizers.learner_step_counter()
     self._epsilons = exploration.per_env_epsilons(
-        num_envs, cfg.epsilon_base, cfg.epsilon_alpha)
+      num_envs, cfg.epsilon_base, cfg.epsilon_alpha
+    )
     self._rng = np.random.default_rng(cfg.seed)
     self._replay = PrioritizedReplay(
-        cfg.replay_capacity, cfg.priority_exponent,
-        cfg.importance_sampling_exponent,
-        seed=None if cfg.seed is None else cfg.seed + 1)
-    self._limiter = RateLimiter(cfg.samples_per_insert, cfg.min_replay_size,
-                                cfg.error_buffer)
+      cfg.replay_capacity,
+      cfg.priority_exponent,
+      cfg.importance_sampling_exponent,
+      seed=None if cfg.seed is None else cfg.seed + 1,
+    )
+    self._limiter = RateLimiter(
+      cfg.samples_per_insert, cfg.min_replay_size, cfg.error_buffer
+    )
     shape = observation_spec.shape
     self._store_frames_once = (
-        cfg.store_frames_once and observation_spec.dtype == "uint8" and
-        len(shape) == 3 and shape[-1] > 1)
+      cfg.store_frames_once
+      and observation_spec.dtype == "uint8"
+      and len(shape) == 3
+      and shape[-1] > 1
+    )
     self._dropped_sequences = 0
     self._act_fn = self._make_act_fn()
     self._priority_fn = self._make_priority_fn()
@@ -114,58 +131,76 @@ class R2D2Agent(Agent):
 
   def initial_core_state(self, batch_size: int):
     units = self.config.lstm_units
-    return (np.zeros([batch_size, units], np.float32),
-            np.zeros([batch_size, units], np.float32))
+    return (
+      np.zeros([batch_size, units], np.float32),
+      np.zeros([batch_size, units], np.float32),
+    )
 
   def act(self, inputs: ActInputs) -> ActOutputs:
-    inputs = agent_api.check_act_inputs(inputs, self.observation_spec,
-                                        self.action_spec, num_core_arrays=2)
+    inputs = agent_api.check_act_inputs(
+      inputs, self.observation_spec, self.action_spec, num_core_arrays=2
+    )
     batch_size = int(inputs.observation.shape[0])
-    q, h, c = self._act_fn(inputs.observation, inputs.prev_action,
-                           inputs.reward, inputs.done, *inputs.core_state)
+    q, h, c = self._act_fn(
+      inputs.observation,
+      inputs.prev_action,
+      inputs.reward,
+      inputs.done,
+      *inputs.core_state,
+    )
     q = q.numpy()
-    epsilon = exploration.env_epsilons(self._epsilons, inputs.env_ids,
-                                       inputs.eval_mask,
-                                       self.config.eval_epsilon)
-    action = exploration.epsilon_greedy(np.argmax(q, axis=-1),
-                                        self._num_actions, epsilon, self._rng)
+    epsilon = exploration.env_epsilons(
+      self._epsilons, inputs.env_ids, inputs.eval_mask, self.config.eval_epsilon
+    )
+    action = exploration.epsilon_greedy(
+      np.argmax(q, axis=-1), self._num_actions, epsilon, self._rng
+    )
     return ActOutputs(
-        action=action.astype(self.action_spec.dtype),
-        value=q.max(axis=-1).astype(np.float32),
-        extras={Q_ACTION: q[np.arange(batch_size), action].astype(np.float32)},
-        core_state=(h.numpy(), c.numpy()))
+      action=action.astype(self.action_spec.dtype),
+      value=q.max(axis=-1).astype(np.float32),
+      extras={Q_ACTION: q[np.arange(batch_size), action].astype(np.float32)},
+      core_state=(h.numpy(), c.numpy()),
+    )
 
   def add_unrolls(self, unrolls: Unroll) -> None:
     units = self.config.lstm_units
     agent_api.check_unroll(
-        unrolls, self.unroll_length, self.observation_spec, self.action_spec,
-        required_extras={Q_ACTION: ()},
-        core_state_shapes=[(units,), (units,)])
+      unrolls,
+      self.unroll_length,
+      self.observation_spec,
+      self.action_spec,
+      required_extras={Q_ACTION: ()},
+      core_state_shapes=[(units,), (units,)],
+    )
     done = unrolls.terminated | unrolls.truncated
     items = {
-        "reward": unrolls.reward.astype(np.float32),
-        "terminated": unrolls.terminated,
-        "truncated": unrolls.truncated,
-        "bootstrap_value": unrolls.bootstrap_value.astype(np.float32),
-        "prev_action": unrolls.prev_action,
-        "action": unrolls.action,
-        "core_h": unrolls.core_state[0].astype(np.float32),
-        "core_c": unrolls.core_state[1].astype(np.float32),
-        "policy_version": unrolls.policy_version.mean(axis=1),
+      "reward": unrolls.reward.astype(np.float32),
+      "terminated": unrolls.terminated,
+      "truncated": unrolls.truncated,
+      "bootstrap_value": unrolls.bootstrap_value.astype(np.float32),
+      "prev_action": unrolls.prev_action,
+      "action": unrolls.action,
+      "core_h": unrolls.core_state[0].astype(np.float32),
+      "core_c": unrolls.core_state[1].astype(np.float32),
+      "policy_version": unrolls.policy_version.mean(axis=1),
     }
     if self._store_frames_once:
       items["frames"], items["first_stack"] = frames_lib.compress(
-          unrolls.observation)
+        unrolls.observation
+      )
       ok = frames_lib.roundtrip_ok(unrolls.observation, done)
       if not ok.all():
         # Stacks that do not follow the runtime's layout (zeros before an
         # episode start) would be rebuilt wrongly: skip them, loudly.
         self._dropped_sequences += int((~ok).sum())
         logging.warning(
-            "R2D2: dropped %d sequences (env ids %s) whose frame stacks do "
-            "not follow the [older..newest, zeros before episode start] "
-            "layout; set R2D2Config.store_frames_once = False to store full "
-            "stacks", int((~ok).sum()), unrolls.env_ids[~ok].tolist())
+          "R2D2: dropped %d sequences (env ids %s) whose frame stacks do "
+          "not follow the [older..newest, zeros before episode start] "
+          "layout; set R2D2Config.store_frames_once = False to store full "
+          "stacks",
+          int((~ok).sum()),
+          unrolls.env_ids[~ok].tolist(),
+        )
         items = {k: v[ok] for k, v in items.items()}
         unrolls = agent_api.unroll_rows(unrolls, ok)
     else:
@@ -181,11 +216,18 @@ class R2D2Agent(Agent):
   def initial_priorities(self, unrolls: Unroll) -> np.ndarray:
     """float32 [B] priorities of new sequences from their behaviour values."""
     return self._priority_fn(
-        *(agent_api.time_major(x) for x in (
-            unrolls.reward.astype(np.float32), unrolls.terminated,
-            unrolls.truncated, unrolls.bootstrap_value.astype(np.float32),
-            unrolls.value.astype(np.float32),
-            unrolls.extras[Q_ACTION].astype(np.float32)))).numpy()
+      *(
+        agent_api.time_major(x)
+        for x in (
+          unrolls.reward.astype(np.float32),
+          unrolls.terminated,
+          unrolls.truncated,
+          unrolls.bootstrap_value.astype(np.float32),
+          unrolls.value.astype(np.float32),
+          unrolls.extras[Q_ACTION].astype(np.float32),
+        )
+      )
+    ).numpy()
 
   def train_step(self) -> Mapping[str, float]:
     cfg = self.config
@@ -197,40 +239,54 @@ class R2D2Agent(Agent):
     indices, items, weights = self._replay.sample(cfg.batch_size)
     if self._store_frames_once:
       observation = frames_lib.decompress(
-          items["frames"], items["first_stack"],
-          items["terminated"] | items["truncated"])
+        items["frames"],
+        items["first_stack"],
+        items["terminated"] | items["truncated"],
+      )
     else:
       observation = items["observation"]
     tm = agent_api.time_major
     loss, priorities, metrics = self._train_fn(
-        tm(observation), tm(items["prev_action"]), tm(items["action"]),
-        tm(items["reward"]), tm(items["terminated"]), tm(items["truncated"]),
-        tm(items["bootstrap_value"]), (items["core_h"], items["core_c"]),
-        weights)
+      tm(observation),
+      tm(items["prev_action"]),
+      tm(items["action"]),
+      tm(items["reward"]),
+      tm(items["terminated"]),
+      tm(items["truncated"]),
+      tm(items["bootstrap_value"]),
+      (items["core_h"], items["core_c"]),
+      weights,
+    )
     priorities = priorities.numpy()
     self._replay.update_priorities(indices, priorities)
     if (step + 1) % cfg.target_update_period == 0:
       networks.copy_weights(self._online, self._target)
     result = {name: float(value) for name, value in metrics.items()}
-    result.update({
+    result.update(
+      {
         "loss/td": float(loss),
         "loss/total": float(loss),
         "replay/size": float(len(self._replay)),
         "replay/mean_priority": float(np.mean(priorities)),
         "replay/beta": beta,
         "replay/dropped_sequences": float(self._dropped_sequences),
-        "perf/policy_lag": agent_api.policy_lag(step,
-                                                items["policy_version"]),
-    })
+        "perf/policy_lag": agent_api.policy_lag(step, items["policy_version"]),
+      }
+    )
     result.update(self._limiter.metrics())
     # Transitions trained on: the learning part of each sequence.
     result[agent_api.SAMPLES_METRIC] = float(
-        cfg.batch_size * (self.unroll_length + 1 - cfg.burn_in))
+      cfg.batch_size * (self.unroll_length + 1 - cfg.burn_in)
+    )
     return result
 
   def checkpoint_objects(self) -> Dict[str, Any]:
-    return {"online_network": self._online, "target_network": self._target,
-            "optimizer": self._optimizer, "step": self._step_counter}
+    return {
+      "online_network": self._online,
+      "target_network": self._target,
+      "optimizer": self._optimizer,
+      "step": self._step_counter,
+    }
 
   def stop(self) -> None:
     self._limiter.stop()
@@ -241,12 +297,12 @@ class R2D2Agent(Agent):
     obs_spec, act_spec = self.observation_spec, self.action_spec
     units = self.config.lstm_units
     signature = [
-        tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype),
-        tf.TensorSpec([None], act_spec.dtype),
-        tf.TensorSpec([None], tf.float32),
-        tf.TensorSpec([None], tf.bool),
-        tf.TensorSpec([None, units], tf.float32),
-        tf.TensorSpec([None, units], tf.float32),
+      tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype),
+      tf.TensorSpec([None], act_spec.dtype),
+      tf.TensorSpec([None], tf.float32),
+      tf.TensorSpec([None], tf.bool),
+      tf.TensorSpec([None, units], tf.float32),
+      tf.TensorSpec([None, units], tf.float32),
     ]
     network = self._online
 
@@ -267,17 +323,31 @@ class R2D2Agent(Agent):
     cfg = self.config
     t1 = cfg.unroll_length + 1
     spec = lambda dtype: tf.TensorSpec([t1, None], dtype)
-    signature = [spec(tf.float32), spec(tf.bool), spec(tf.bool),
-                 spec(tf.float32), spec(tf.float32), spec(tf.float32)]
+    signature = [
+      spec(tf.float32),
+      spec(tf.bool),
+      spec(tf.bool),
+      spec(tf.float32),
+      spec(tf.float32),
+      spec(tf.float32),
+    ]
 
     @tf.function(input_signature=signature)
-    def priority_fn(reward, terminated, truncated, bootstrap_value, value,
-                    q_action):
+    def priority_fn(
+      reward, terminated, truncated, bootstrap_value, value, q_action
+    ):
       b = cfg.burn_in
       y = targets_lib.n_step_targets(
-          reward[b:], terminated[b:], truncated[b:], bootstrap_value[b:],
-          value[b:], cfg.discount, cfg.n_step, cfg.value_rescaling_epsilon)
-      td = y - q_action[b:b + cfg.num_learning_steps]
+        reward[b:],
+        terminated[b:],
+        truncated[b:],
+        bootstrap_value[b:],
+        value[b:],
+        cfg.discount,
+        cfg.n_step,
+        cfg.value_rescaling_epsilon,
+      )
+      td = y - q_action[b : b + cfg.num_learning_steps]
       return targets_lib.sequence_priorities(tf.abs(td), cfg.priority_eta)
 
     return priority_fn
@@ -287,45 +357,71 @@ class R2D2Agent(Agent):
     obs_spec, act_spec = self.observation_spec, self.action_spec
     t1, b, units = cfg.unroll_length + 1, cfg.batch_size, cfg.lstm_units
     signature = [
-        tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
-        tf.TensorSpec([t1, b], act_spec.dtype),
-        tf.TensorSpec([t1, b], act_spec.dtype),
-        tf.TensorSpec([t1, b], tf.float32),
-        tf.TensorSpec([t1, b], tf.bool),
-        tf.TensorSpec([t1, b], tf.bool),
-        tf.TensorSpec([t1, b], tf.float32),
-        (tf.TensorSpec([b, units], tf.float32),) * 2,
-        tf.TensorSpec([b], tf.float32),
+      tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
+      tf.TensorSpec([t1, b], act_spec.dtype),
+      tf.TensorSpec([t1, b], act_spec.dtype),
+      tf.TensorSpec([t1, b], tf.float32),
+      tf.TensorSpec([t1, b], tf.bool),
+      tf.TensorSpec([t1, b], tf.bool),
+      tf.TensorSpec([t1, b], tf.float32),
+      (tf.TensorSpec([b, units], tf.float32),) * 2,
+      tf.TensorSpec([b], tf.float32),
     ]
     online, target = self._online, self._target
     optimizer, step_counter = self._optimizer, self._step_counter
 
     @tf.function(input_signature=signature)
-    def train_fn(observation, prev_action, action, reward, terminated,
-                 truncated, bootstrap_value, core_state, weights):
-      seq = loss_lib.Sequences(observation, prev_action, action, reward,
-                               terminated, truncated, bootstrap_value,
-                               core_state)
+    def train_fn(
+      observation,
+      prev_action,
+      action,
+      reward,
+      terminated,
+      truncated,
+      bootstrap_value,
+      core_state,
+      weights,
+    ):
+      seq = loss_lib.Sequences(
+        observation,
+        prev_action,
+        action,
+        reward,
+        terminated,
+        truncated,
+        bootstrap_value,
+        core_state,
+      )
       variables = online.trainable_variables
       with tf.GradientTape() as tape:
         loss, priorities, metrics = loss_lib.r2d2_loss(
-            online, target, seq, weights, burn_in=cfg.burn_in,
-            n_step=cfg.n_step, discount=cfg.discount, eta=cfg.priority_eta,
-            rescaling_epsilon=cfg.value_rescaling_epsilon)
+          online,
+          target,
+          seq,
+          weights,
+          burn_in=cfg.burn_in,
+          n_step=cfg.n_step,
+          discount=cfg.discount,
+          eta=cfg.priority_eta,
+          rescaling_epsilon=cfg.value_rescaling_epsilon,
+        )
       gradients = tape.gradient(loss, variables)
       metrics.update(diagnostics.gradient_norms(gradients, variables))
       optimizer.apply_gradients(zip(gradients, variables))
       metrics["opt/learning_rate"] = tf.convert_to_tensor(
-          optimizer.learning_rate)
+        optimizer.learning_rate
+      )
       metrics["errors/nonfinite_updates"] = tf.cast(
-          optimizer.nonfinite_updates, tf.float32)
+        optimizer.nonfinite_updates, tf.float32
+      )
       step_counter.assign_add(1)
       return loss, priorities, metrics
 
     return train_fn
 
 
-def create_agent(observation_spec: ArraySpec, action_spec: ArraySpec,
-                 num_envs: int) -> R2D2Agent:
+def create_agent(
+  observation_spec: ArraySpec, action_spec: ArraySpec, num_envs: int
+) -> R2D2Agent:
   """Builds the agent with the gin-bound R2D2Config."""
   return R2D2Agent(observation_spec, action_spec, num_envs, R2D2Config())

@@ -112,36 +112,60 @@ class R2D2Config:
     return start + frac * (self.importance_sampling_exponent_final - start)
 
   def __post_init__(self):
-    checks.positive_ints(self, "unroll_length", "n_step", "replay_capacity",
-                         "batch_size", "target_update_period",
-                         "min_replay_size", "lstm_units", "head_hidden",
-                         "total_learner_steps")
-    if isinstance(self.burn_in, bool) or not isinstance(self.burn_in, int) or (
-        self.burn_in < 0):
-      checks.fail(self, f"burn_in must be an integer >= 0, got "
-                  f"{self.burn_in!r}")
+    checks.positive_ints(
+      self,
+      "unroll_length",
+      "n_step",
+      "replay_capacity",
+      "batch_size",
+      "target_update_period",
+      "min_replay_size",
+      "lstm_units",
+      "head_hidden",
+      "total_learner_steps",
+    )
+    if (
+      isinstance(self.burn_in, bool)
+      or not isinstance(self.burn_in, int)
+      or (self.burn_in < 0)
+    ):
+      checks.fail(
+        self, f"burn_in must be an integer >= 0, got {self.burn_in!r}"
+      )
     if self.burn_in + self.n_step >= self.unroll_length:
       raise ValueError(
-          f"R2D2Config: burn_in ({self.burn_in}) + n_step ({self.n_step}) must "
-          f"be < unroll_length ({self.unroll_length}): a sequence of "
-          f"unroll_length + 1 steps learns on unroll_length + 1 - burn_in - "
-          f"n_step steps (the rest warm the LSTM or only bootstrap), so there "
-          f"would be fewer than 2 steps left to learn from")
+        f"R2D2Config: burn_in ({self.burn_in}) + n_step ({self.n_step}) must "
+        f"be < unroll_length ({self.unroll_length}): a sequence of "
+        f"unroll_length + 1 steps learns on unroll_length + 1 - burn_in - "
+        f"n_step steps (the rest warm the LSTM or only bootstrap), so there "
+        f"would be fewer than 2 steps left to learn from"
+      )
     checks.min_replay_size(self)
     checks.discount(self)
     checks.non_negative(self, "priority_exponent", why="0 is uniform sampling")
-    checks.in_unit_interval(self, "importance_sampling_exponent",
-                            "importance_sampling_exponent_final",
-                            "priority_eta", "epsilon_base", "eval_epsilon")
-    checks.non_negative(self, "epsilon_alpha",
-                        why="a negative slope gives epsilons above "
-                        "epsilon_base")
+    checks.in_unit_interval(
+      self,
+      "importance_sampling_exponent",
+      "importance_sampling_exponent_final",
+      "priority_eta",
+      "epsilon_base",
+      "eval_epsilon",
+    )
+    checks.non_negative(
+      self,
+      "epsilon_alpha",
+      why="a negative slope gives epsilons above epsilon_base",
+    )
     checks.positive(self, "learning_rate")
     checks.optimizer_epsilon(self, "adam_epsilon")
     checks.max_grad_norm(self)
-    checks.positive(self, "samples_per_insert", why="else training never "
-                    "samples")
+    checks.positive(
+      self, "samples_per_insert", why="else training never samples"
+    )
     checks.rate_limiter_error_buffer(self, self.error_buffer)
-    checks.positive(self, "value_rescaling_epsilon",
-                    why="it keeps h invertible with a Lipschitz inverse")
+    checks.positive(
+      self,
+      "value_rescaling_epsilon",
+      why="it keeps h invertible with a Lipschitz inverse",
+    )
     checks.torso_factory(self)

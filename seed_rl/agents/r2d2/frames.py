@@ -22,8 +22,9 @@ def compress(observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
   return observation[..., -1], observation[:, 0, ..., :-1]
 
 
-def decompress(frames: np.ndarray, first_stack: np.ndarray,
-               done: np.ndarray) -> np.ndarray:
+def decompress(
+  frames: np.ndarray, first_stack: np.ndarray, done: np.ndarray
+) -> np.ndarray:
   """Rebuilds the stacked observations [B, T+1, H, W, k].
 
   Args:
@@ -42,8 +43,9 @@ def decompress(frames: np.ndarray, first_stack: np.ndarray,
   for c in range(depth):
     age = depth - 1 - c
     valid = (t - age)[None, :] >= last_start  # [B, T+1]
-    out[..., c] = np.where(valid[:, :, None, None], extended[:, c:c + steps],
-                           0)
+    out[..., c] = np.where(
+      valid[:, :, None, None], extended[:, c : c + steps], 0
+    )
   return out
 
 
@@ -51,5 +53,6 @@ def roundtrip_ok(observation: np.ndarray, done: np.ndarray) -> np.ndarray:
   """bool [B]: whether each sequence survives compress/decompress exactly."""
   frames, first_stack = compress(observation)
   rebuilt = decompress(frames, first_stack, done)
-  return np.all((rebuilt == observation).reshape(observation.shape[0], -1),
-                axis=1)
+  return np.all(
+    (rebuilt == observation).reshape(observation.shape[0], -1), axis=1
+  )

@@ -38,14 +38,26 @@ class Sequences(NamedTuple):
 
 def _slice(seq: Sequences, start: int, stop=None) -> Tuple[tf.Tensor, ...]:
   done = tf.logical_or(seq.terminated, seq.truncated)
-  return (seq.observation[start:stop], seq.prev_action[start:stop],
-          seq.reward[start:stop], done[start:stop])
+  return (
+    seq.observation[start:stop],
+    seq.prev_action[start:stop],
+    seq.reward[start:stop],
+    done[start:stop],
+  )
 
 
-def r2d2_loss(online: R2D2Network, target: R2D2Network, seq: Sequences,
-              importance_weights: tf.Tensor, *, burn_in: int, n_step: int,
-              discount: float, eta: float, rescaling_epsilon: float
-              ) -> Tuple[tf.Tensor, tf.Tensor, Dict[str, tf.Tensor]]:
+def r2d2_loss(
+  online: R2D2Network,
+  target: R2D2Network,
+  seq: Sequences,
+  importance_weights: tf.Tensor,
+  *,
+  burn_in: int,
+  n_step: int,
+  discount: float,
+  eta: float,
+  rescaling_epsilon: float,
+) -> Tuple[tf.Tensor, tf.Tensor, Dict[str, tf.Tensor]]:
   """The importance-weighted n-step double-Q loss of a batch of sequences.
 
   Learning steps are t in [burn_in, T - n_step]; each sequence's loss is
@@ -74,12 +86,21 @@ def r2d2_loss(online: R2D2Network, target: R2D2Network, seq: Sequences,
   # Both [L + n, B, A] with L learning steps followed by n bootstrap steps.
   q_online, _ = online.unroll(*suffix, online_state)
   q_target, _ = target.unroll(*suffix, target_state)
-  next_value = targets_lib.double_q_values(tf.stop_gradient(q_online),
-                                           tf.stop_gradient(q_target))
-  y = tf.stop_gradient(targets_lib.n_step_targets(
-      seq.reward[burn_in:], seq.terminated[burn_in:], seq.truncated[burn_in:],
-      seq.bootstrap_value[burn_in:], next_value, discount, n_step,
-      rescaling_epsilon))
+  next_value = targets_lib.double_q_values(
+    tf.stop_gradient(q_online), tf.stop_gradient(q_target)
+  )
+  y = tf.stop_gradient(
+    targets_lib.n_step_targets(
+      seq.reward[burn_in:],
+      seq.terminated[burn_in:],
+      seq.truncated[burn_in:],
+      seq.bootstrap_value[burn_in:],
+      next_value,
+      discount,
+      n_step,
+      rescaling_epsilon,
+    )
+  )
   num_learning = tf.shape(y)[0]
   actions = tf.cast(seq.action[burn_in:], tf.int32)[:num_learning]
   q_taken = tf.gather(q_online[:num_learning], actions, axis=-1, batch_dims=2)
@@ -87,7 +108,9 @@ def r2d2_loss(online: R2D2Network, target: R2D2Network, seq: Sequences,
   priorities = targets_lib.sequence_priorities(tf.abs(td), eta)
   per_sequence = 0.5 * tf.reduce_sum(tf.square(td), axis=0)
   loss = tf.reduce_mean(importance_weights * per_sequence)
-  metrics = {"q/mean": tf.reduce_mean(q_taken),
-             "q/target_mean": tf.reduce_mean(y),
-             "q/td_error": tf.reduce_mean(tf.abs(td))}
+  metrics = {
+    "q/mean": tf.reduce_mean(q_taken),
+    "q/target_mean": tf.reduce_mean(y),
+    "q/td_error": tf.reduce_mean(tf.abs(td)),
+  }
   return loss, priorities, metrics

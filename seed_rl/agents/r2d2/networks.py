@@ -30,8 +30,14 @@ class R2D2Network(keras.layers.Layer):
     head_hidden: hidden units of each dueling stream.
   """
 
-  def __init__(self, torso_fn: Callable[[], keras.layers.Layer],
-               num_actions: int, lstm_units: int, head_hidden: int, **kwargs):
+  def __init__(
+    self,
+    torso_fn: Callable[[], keras.layers.Layer],
+    num_actions: int,
+    lstm_units: int,
+    head_hidden: int,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     self.num_actions = int(num_actions)
     self.lstm_units = int(lstm_units)
@@ -51,8 +57,9 @@ class R2D2Network(keras.layers.Layer):
     features = self.torso(observation)
     one_hot = tf.one_hot(tf.cast(prev_action, tf.int32), self.num_actions)
     reward = tf.where(done, 0.0, tf.clip_by_value(reward, -1.0, 1.0))
-    return tf.concat([tf.cast(features, tf.float32), one_hot, reward[:, None]],
-                     axis=-1)
+    return tf.concat(
+      [tf.cast(features, tf.float32), one_hot, reward[:, None]], axis=-1
+    )
 
   def _core_step(self, inputs, done, state: State):
     keep = 1.0 - tf.cast(done, tf.float32)[:, None]
@@ -99,8 +106,9 @@ class R2D2Network(keras.layers.Layer):
     batch = tf.shape(observation)[1]
     # Static trailing dims keep the torso's input shape known at trace time.
     flat = lambda x: tf.reshape(x, [-1] + list(x.shape[2:]))
-    inputs = self._embed(flat(observation), flat(prev_action), flat(reward),
-                         flat(done))
+    inputs = self._embed(
+      flat(observation), flat(prev_action), flat(reward), flat(done)
+    )
     inputs = tf.reshape(inputs, [steps, batch, inputs.shape[-1]])
     outputs = []
     for t in range(steps):
@@ -112,20 +120,29 @@ class R2D2Network(keras.layers.Layer):
 
 def build_network(network: R2D2Network, observation_spec: ArraySpec) -> None:
   """Creates the variables with one step on a zero batch of one env."""
-  observation = tf.zeros((1,) + observation_spec.shape,
-                         tf.as_dtype(observation_spec.dtype))
-  network.step(observation, tf.zeros([1], tf.int32), tf.zeros([1]),
-               tf.zeros([1], tf.bool), network.initial_state(1))
+  observation = tf.zeros(
+    (1,) + observation_spec.shape, tf.as_dtype(observation_spec.dtype)
+  )
+  network.step(
+    observation,
+    tf.zeros([1], tf.int32),
+    tf.zeros([1]),
+    tf.zeros([1], tf.bool),
+    network.initial_state(1),
+  )
 
 
 def copy_weights(source: R2D2Network, target: R2D2Network) -> None:
   """target <- source, variable by variable (same architecture)."""
   src, dst = source.weights, target.weights
   if len(src) != len(dst):
-    raise ValueError(f"copy_weights: {len(src)} source vs {len(dst)} target "
-                     f"variables; the networks differ in architecture")
+    raise ValueError(
+      f"copy_weights: {len(src)} source vs {len(dst)} target "
+      f"variables; the networks differ in architecture"
+    )
   for s, d in zip(src, dst):
     if tuple(s.shape) != tuple(d.shape):
-      raise ValueError(f"copy_weights: {s.path} {list(s.shape)} vs {d.path} "
-                       f"{list(d.shape)}")
+      raise ValueError(
+        f"copy_weights: {s.path} {list(s.shape)} vs {d.path} {list(d.shape)}"
+      )
     d.assign(s)

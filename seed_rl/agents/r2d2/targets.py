@@ -33,10 +33,16 @@ def double_q_values(q_online: tf.Tensor, q_target: tf.Tensor) -> tf.Tensor:
   return tf.gather(q_target, best, axis=-1, batch_dims=2)
 
 
-def n_step_targets(reward: tf.Tensor, terminated: tf.Tensor,
-                   truncated: tf.Tensor, bootstrap_value: tf.Tensor,
-                   next_value: tf.Tensor, discount: float, n_step: int,
-                   rescaling_epsilon: float) -> tf.Tensor:
+def n_step_targets(
+  reward: tf.Tensor,
+  terminated: tf.Tensor,
+  truncated: tf.Tensor,
+  bootstrap_value: tf.Tensor,
+  next_value: tf.Tensor,
+  discount: float,
+  n_step: int,
+  rescaling_epsilon: float,
+) -> tf.Tensor:
   """Rescaled n-step targets for steps 0 .. T - n - 1 of a sequence.
 
   Args:
@@ -62,7 +68,7 @@ def n_step_targets(reward: tf.Tensor, terminated: tf.Tensor,
   h_inv = lambda x: value_rescaling.h_inv(x, rescaling_epsilon)
 
   def window(x, k):  # x[t + k] for t in [0, T - n)
-    return x[k:k + length]
+    return x[k : k + length]
 
   returns = tf.zeros_like(window(reward, 0))
   bootstrap = tf.zeros_like(returns)
@@ -71,9 +77,8 @@ def n_step_targets(reward: tf.Tensor, terminated: tf.Tensor,
   for k in range(1, n_step + 1):
     term = tf.cast(window(terminated, k), dtype)
     trunc = tf.cast(window(truncated, k), dtype) * (1.0 - term)
-    returns += alive * discount**(k - 1) * window(reward, k)
-    bootstrap += alive * trunc * discount**k * h_inv(
-        window(bootstrap_value, k))
+    returns += alive * discount ** (k - 1) * window(reward, k)
+    bootstrap += alive * trunc * discount**k * h_inv(window(bootstrap_value, k))
     alive *= (1.0 - term) * (1.0 - trunc)
   bootstrap += alive * discount**n_step * h_inv(window(next_value, n_step))
   return value_rescaling.h(returns + bootstrap, rescaling_epsilon)
@@ -81,5 +86,6 @@ def n_step_targets(reward: tf.Tensor, terminated: tf.Tensor,
 
 def sequence_priorities(abs_td: tf.Tensor, eta: float) -> tf.Tensor:
   """eta * max_t |delta_t| + (1 - eta) * mean_t |delta_t|: [T, B] -> [B]."""
-  return (eta * tf.reduce_max(abs_td, axis=0) +
-          (1.0 - eta) * tf.reduce_mean(abs_td, axis=0))
+  return eta * tf.reduce_max(abs_td, axis=0) + (1.0 - eta) * tf.reduce_mean(
+    abs_td, axis=0
+  )

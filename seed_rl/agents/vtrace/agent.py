@@ -24,7 +24,8 @@ BEHAVIOUR_PARAMS = "logits"
 
 
 def policy_distribution(
-    action_spec: ArraySpec) -> distributions.ActionDistribution:
+  action_spec: ArraySpec,
+) -> distributions.ActionDistribution:
   """Categorical for discrete specs, an unbounded DiagGaussian for [D] floats.
 
   A Box's bounds are ignored on purpose: V-trace re-evaluates log pi at the
@@ -32,7 +33,8 @@ def policy_distribution(
   inside the Box is the environment's job) and env action == raw action.
   """
   return distributions.for_action_spec(
-      action_spec.replace(minimum=None, maximum=None))
+    action_spec.replace(minimum=None, maximum=None)
+  )
 
 
 class VtraceAgent(Agent):
@@ -40,44 +42,59 @@ class VtraceAgent(Agent):
 
   unroll_overlap = 1
 
-  def __init__(self, observation_spec: ArraySpec, action_spec: ArraySpec,
-               num_envs: int, config: Optional[VtraceConfig] = None):
+  def __init__(
+    self,
+    observation_spec: ArraySpec,
+    action_spec: ArraySpec,
+    num_envs: int,
+    config: Optional[VtraceConfig] = None,
+  ):
     super().__init__(observation_spec, action_spec, num_envs)
     self.config = config if config is not None else VtraceConfig()
     self.unroll_length = self.config.unroll_length
     self._distribution = policy_distribution(action_spec)
     # Drawn from TF's global seed (learner_main's --seed), so acting stays
     # reproducible under tf.random.set_seed like stateful random ops.
-    self._generator = tf.random.Generator.from_seed(int(tf.random.uniform(
-        [], maxval=tf.int64.max, dtype=tf.int64)))
+    self._generator = tf.random.Generator.from_seed(
+      int(tf.random.uniform([], maxval=tf.int64.max, dtype=tf.int64))
+    )
     self._network = networks.ActorCriticNetwork(
-        torso_fn=self.config.torso,
-        num_policy_params=self._distribution.num_params,
-        action_features=networks.action_features(self._distribution),
-        use_lstm=self.config.use_lstm,
-        lstm_size=self.config.lstm_size,
-        separate_value_torso=self.config.separate_value_torso,
-        name="vtrace_network")
+      torso_fn=self.config.torso,
+      num_policy_params=self._distribution.num_params,
+      action_features=networks.action_features(self._distribution),
+      use_lstm=self.config.use_lstm,
+      lstm_size=self.config.lstm_size,
+      separate_value_torso=self.config.separate_value_torso,
+      name="vtrace_network",
+    )
     networks.build_network(self._network, observation_spec, action_spec)
     self._optimizer = optimizers.make_optimizer(
-        self.config.optimizer,
-        optimizers.learning_rate_schedule(
-            self.config.learning_rate,
-            decay_steps=(self.config.total_learner_steps
-                         if self.config.lr_schedule == "linear" else None)),
-        epsilon=self.config.optimizer_epsilon,
-        max_grad_norm=self.config.max_grad_norm,
-        rmsprop_decay=self.config.rmsprop_decay,
-        momentum=self.config.rmsprop_momentum,
-        variables=self._network.trainable_variables)
+      self.config.optimizer,
+      optimizers.learning_rate_schedule(
+        self.config.learning_rate,
+        decay_steps=(
+          self.config.total_learner_steps
+          if self.config.lr_schedule == "linear"
+          else None
+        ),
+      ),
+      epsilon=self.config.optimizer_epsilon,
+      max_grad_norm=self.config.max_grad_norm,
+      rmsprop_decay=self.config.rmsprop_decay,
+      momentum=self.config.rmsprop_momentum,
+      variables=self._network.trainable_variables,
+    )
     self._step_counter = optimizers.learner_step_counter()
     self._shuffle_rng = np.random.default_rng(
-        int(self._generator.uniform_full_int([], tf.int64)) % 2**32)
-    self._queue = UnrollQueue(self.config.queue_capacity,
-                              self.config.batch_size)
+      int(self._generator.uniform_full_int([], tf.int64)) % 2**32
+    )
+    self._queue = UnrollQueue(
+      self.config.queue_capacity, self.config.batch_size
+    )
     # Per-array core state shape after [B]; [] when feed-forward.
     self._core_state_shapes = [
-        tuple(s.shape[1:]) for s in self._network.initial_state(1)]
+      tuple(s.shape[1:]) for s in self._network.initial_state(1)
+    ]
     self._act_fn = self._make_act_fn()
     self._train_fn = self._make_train_fn()
 
@@ -96,56 +113,78 @@ class VtraceAgent(Agent):
 
   def act(self, inputs: ActInputs) -> ActOutputs:
     inputs = agent_api.check_act_inputs(
-        inputs, self.observation_spec, self.action_spec,
-        len(self._core_state_shapes))
-    args = [inputs.observation, inputs.prev_action, inputs.reward,
-            inputs.done, inputs.eval_mask]
+      inputs,
+      self.observation_spec,
+      self.action_spec,
+      len(self._core_state_shapes),
+    )
+    args = [
+      inputs.observation,
+      inputs.prev_action,
+      inputs.reward,
+      inputs.done,
+      inputs.eval_mask,
+    ]
     if self.config.use_lstm:
       args.append(inputs.core_state)
     action, value, params, core_state = self._act_fn(*args)
     return ActOutputs(
-        action=action.numpy(),
-        value=value.numpy(),
-        extras={BEHAVIOUR_PARAMS: params.numpy()},
-        core_state=tuple(s.numpy() for s in core_state))
+      action=action.numpy(),
+      value=value.numpy(),
+      extras={BEHAVIOUR_PARAMS: params.numpy()},
+      core_state=tuple(s.numpy() for s in core_state),
+    )
 
   def add_unrolls(self, unrolls: Unroll) -> None:
     agent_api.check_unroll(
-        unrolls, self.unroll_length, self.observation_spec, self.action_spec,
-        required_extras={BEHAVIOUR_PARAMS: (self._distribution.num_params,)},
-        core_state_shapes=self._core_state_shapes)
+      unrolls,
+      self.unroll_length,
+      self.observation_spec,
+      self.action_spec,
+      required_extras={BEHAVIOUR_PARAMS: (self._distribution.num_params,)},
+      core_state_shapes=self._core_state_shapes,
+    )
     self._queue.put(unrolls)
 
   def train_step(self) -> Mapping[str, float]:
     batch = self._queue.get_batch()
     if batch is None:
       return {}
-    policy_lag = agent_api.policy_lag(self._step_counter.numpy(),
-                                      batch.policy_version)
+    policy_lag = agent_api.policy_lag(
+      self._step_counter.numpy(), batch.policy_version
+    )
 
     cfg = self.config
     time_major = agent_api.time_major
     # [T+1, B, ...] time-major arrays, then [B, ...] core states.
     inputs = (
-        time_major(batch.observation), time_major(batch.prev_action),
-        time_major(batch.action), time_major(batch.reward, np.float32),
-        time_major(batch.terminated), time_major(batch.truncated),
-        time_major(batch.bootstrap_value, np.float32),
-        time_major(batch.extras[BEHAVIOUR_PARAMS], np.float32))
+      time_major(batch.observation),
+      time_major(batch.prev_action),
+      time_major(batch.action),
+      time_major(batch.reward, np.float32),
+      time_major(batch.terminated),
+      time_major(batch.truncated),
+      time_major(batch.bootstrap_value, np.float32),
+      time_major(batch.extras[BEHAVIOUR_PARAMS], np.float32),
+    )
     core_state = tuple(np.asarray(s, np.float32) for s in batch.core_state)
     minibatch = cfg.batch_size // cfg.num_minibatches
     sums: Dict[str, float] = {}
     updates = 0
     for _ in range(cfg.num_epochs):
-      order = (self._shuffle_rng.permutation(cfg.batch_size)
-               if cfg.num_minibatches > 1 else np.arange(cfg.batch_size))
+      order = (
+        self._shuffle_rng.permutation(cfg.batch_size)
+        if cfg.num_minibatches > 1
+        else np.arange(cfg.batch_size)
+      )
       for m in range(cfg.num_minibatches):
-        idx = order[m * minibatch:(m + 1) * minibatch]
+        idx = order[m * minibatch : (m + 1) * minibatch]
         if cfg.num_minibatches == 1:
           args = inputs + (core_state,)
         else:
           args = tuple(x[:, idx] for x in inputs) + (
-              tuple(s[idx] for s in core_state),)
+            tuple(s[idx] for s in core_state),
+          )
         metrics = self._train_fn(*args)
         for name, value in metrics.items():
           sums[name] = sums.get(name, 0.0) + float(value)
@@ -153,12 +192,16 @@ class VtraceAgent(Agent):
     result = {name: value / updates for name, value in sums.items()}
     result["perf/policy_lag"] = policy_lag
     result[agent_api.SAMPLES_METRIC] = float(
-        cfg.unroll_length * cfg.batch_size * cfg.num_epochs)
+      cfg.unroll_length * cfg.batch_size * cfg.num_epochs
+    )
     return result
 
   def checkpoint_objects(self) -> Dict[str, Any]:
-    return {"network": self._network, "optimizer": self._optimizer,
-            "step": self._step_counter}
+    return {
+      "network": self._network,
+      "optimizer": self._optimizer,
+      "step": self._step_counter,
+    }
 
   def stop(self) -> None:
     self._queue.stop()
@@ -167,17 +210,18 @@ class VtraceAgent(Agent):
 
   def _state_spec(self, batch_size):
     return tuple(
-        tf.TensorSpec([batch_size, s.shape[-1]], tf.float32)
-        for s in self._network.initial_state(1))
+      tf.TensorSpec([batch_size, s.shape[-1]], tf.float32)
+      for s in self._network.initial_state(1)
+    )
 
   def _make_act_fn(self):
     obs_spec, act_spec = self.observation_spec, self.action_spec
     signature = [
-        tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype),
-        tf.TensorSpec((None,) + act_spec.shape, act_spec.dtype),
-        tf.TensorSpec([None], tf.float32),
-        tf.TensorSpec([None], tf.bool),
-        tf.TensorSpec([None], tf.bool),
+      tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype),
+      tf.TensorSpec((None,) + act_spec.shape, act_spec.dtype),
+      tf.TensorSpec([None], tf.float32),
+      tf.TensorSpec([None], tf.bool),
+      tf.TensorSpec([None], tf.bool),
     ]
     if self.config.use_lstm:
       signature.append(self._state_spec(None))
@@ -187,8 +231,9 @@ class VtraceAgent(Agent):
     @tf.function(input_signature=signature)
     def act_fn(observation, prev_action, reward, done, eval_mask, *state):
       core_state = state[0] if state else ()
-      params, value, new_state = network.step(observation, prev_action, reward,
-                                              done, core_state)
+      params, value, new_state = network.step(
+        observation, prev_action, reward, done, core_state
+      )
       # Unbounded policies: the env action is the raw action.
       sampled, _ = distribution.sample(params, generator)
       greedy, _ = distribution.mode(params)
@@ -203,51 +248,71 @@ class VtraceAgent(Agent):
     obs_spec, act_spec = self.observation_spec, self.action_spec
     t1, b = cfg.unroll_length + 1, cfg.batch_size // cfg.num_minibatches
     signature = [
-        tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
-        tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
-        tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
-        tf.TensorSpec([t1, b], tf.float32),
-        tf.TensorSpec([t1, b], tf.bool),
-        tf.TensorSpec([t1, b], tf.bool),
-        tf.TensorSpec([t1, b], tf.float32),
-        tf.TensorSpec([t1, b, self._distribution.num_params], tf.float32),
-        self._state_spec(b),
+      tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
+      tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
+      tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
+      tf.TensorSpec([t1, b], tf.float32),
+      tf.TensorSpec([t1, b], tf.bool),
+      tf.TensorSpec([t1, b], tf.bool),
+      tf.TensorSpec([t1, b], tf.float32),
+      tf.TensorSpec([t1, b, self._distribution.num_params], tf.float32),
+      self._state_spec(b),
     ]
     network, distribution = self._network, self._distribution
     optimizer, step_counter = self._optimizer, self._step_counter
 
     @tf.function(input_signature=signature)
-    def train_fn(observation, prev_action, action, reward, terminated,
-                 truncated, bootstrap_value, behaviour_params, core_state):
+    def train_fn(
+      observation,
+      prev_action,
+      action,
+      reward,
+      terminated,
+      truncated,
+      bootstrap_value,
+      behaviour_params,
+      core_state,
+    ):
       done = tf.logical_or(terminated, truncated)
       variables = network.trainable_variables
       with tf.GradientTape() as tape:
-        params, baseline = network.unroll(observation, prev_action, reward,
-                                          done, core_state)
+        params, baseline = network.unroll(
+          observation, prev_action, reward, done, core_state
+        )
         total, metrics = loss_lib.impala_loss(
-            distribution, params, baseline, action, behaviour_params,
-            loss_lib.clip_rewards(reward, cfg.reward_clipping), terminated,
-            truncated, bootstrap_value,
-            discount=cfg.discount,
-            baseline_cost=cfg.baseline_cost,
-            entropy_cost=cfg.entropy_cost,
-            clip_rho_threshold=cfg.clip_rho_threshold,
-            clip_c_threshold=cfg.clip_c_threshold,
-            clip_pg_rho_threshold=cfg.clip_pg_rho_threshold)
+          distribution,
+          params,
+          baseline,
+          action,
+          behaviour_params,
+          loss_lib.clip_rewards(reward, cfg.reward_clipping),
+          terminated,
+          truncated,
+          bootstrap_value,
+          discount=cfg.discount,
+          baseline_cost=cfg.baseline_cost,
+          entropy_cost=cfg.entropy_cost,
+          clip_rho_threshold=cfg.clip_rho_threshold,
+          clip_c_threshold=cfg.clip_c_threshold,
+          clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+        )
       gradients = tape.gradient(total, variables)
       metrics.update(diagnostics.gradient_norms(gradients, variables))
       optimizer.apply_gradients(zip(gradients, variables))
       metrics["opt/learning_rate"] = tf.convert_to_tensor(
-          optimizer.learning_rate)
+        optimizer.learning_rate
+      )
       metrics["errors/nonfinite_updates"] = tf.cast(
-          optimizer.nonfinite_updates, tf.float32)
+        optimizer.nonfinite_updates, tf.float32
+      )
       step_counter.assign_add(1)
       return metrics
 
     return train_fn
 
 
-def create_agent(observation_spec: ArraySpec, action_spec: ArraySpec,
-                 num_envs: int) -> VtraceAgent:
+def create_agent(
+  observation_spec: ArraySpec, action_spec: ArraySpec, num_envs: int
+) -> VtraceAgent:
   """Builds the agent with the gin-bound VtraceConfig."""
   return VtraceAgent(observation_spec, action_spec, num_envs, VtraceConfig())

@@ -88,32 +88,54 @@ class VtraceConfig:
   queue_capacity: int = 64
 
   def __post_init__(self):
-    checks.positive_ints(self, "unroll_length", "batch_size", "num_epochs",
-                         "num_minibatches",
-                         "total_learner_steps", "queue_capacity", "lstm_size")
+    checks.positive_ints(
+      self,
+      "unroll_length",
+      "batch_size",
+      "num_epochs",
+      "num_minibatches",
+      "total_learner_steps",
+      "queue_capacity",
+      "lstm_size",
+    )
     checks.queue_capacity(self)
     if self.batch_size % self.num_minibatches:
-      checks.fail(self, f"batch_size ({self.batch_size}) must be a multiple "
-                  f"of num_minibatches ({self.num_minibatches})")
+      checks.fail(
+        self,
+        f"batch_size ({self.batch_size}) must be a multiple "
+        f"of num_minibatches ({self.num_minibatches})",
+      )
     checks.positive(self, "learning_rate")
     checks.choice(self, "lr_schedule", _LR_SCHEDULES)
     checks.choice(self, "optimizer", _OPTIMIZERS)
     checks.optimizer_epsilon(self, "optimizer_epsilon")
     for name in ("rmsprop_decay", "rmsprop_momentum"):
       if not 0 <= getattr(self, name) < 1:
-        checks.fail(self, f"{name} must be in [0, 1), got "
-                    f"{getattr(self, name)}")
+        checks.fail(
+          self, f"{name} must be in [0, 1), got {getattr(self, name)}"
+        )
     checks.max_grad_norm(self)
     checks.discount(self)
-    checks.non_negative(self, "entropy_cost", "baseline_cost",
-                        why="a negative weight flips the objective")
-    checks.positive(self, "clip_rho_threshold", "clip_c_threshold",
-                    "clip_pg_rho_threshold",
-                    why="a non-positive clip zeroes the importance weights")
+    checks.non_negative(
+      self,
+      "entropy_cost",
+      "baseline_cost",
+      why="a negative weight flips the objective",
+    )
+    checks.positive(
+      self,
+      "clip_rho_threshold",
+      "clip_c_threshold",
+      "clip_pg_rho_threshold",
+      why="a non-positive clip zeroes the importance weights",
+    )
     checks.choice(self, "reward_clipping", _REWARD_CLIPPING)
     if self.separate_value_torso is None:
       self.separate_value_torso = not self.use_lstm
     if self.use_lstm and self.separate_value_torso:
-      checks.fail(self, "separate_value_torso only works with a feed-forward "
-                  "network; set it to False with use_lstm")
+      checks.fail(
+        self,
+        "separate_value_torso only works with a feed-forward "
+        "network; set it to False with use_lstm",
+      )
     checks.torso_factory(self)

@@ -16,10 +16,13 @@ from seed_rl.agents.vtrace import vtrace
 from seed_rl.common import diagnostics
 
 
-def transition_inputs(baseline: tf.Tensor, terminated: tf.Tensor,
-                      truncated: tf.Tensor, bootstrap_value: tf.Tensor,
-                      discount: float
-                     ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def transition_inputs(
+  baseline: tf.Tensor,
+  terminated: tf.Tensor,
+  truncated: tf.Tensor,
+  bootstrap_value: tf.Tensor,
+  discount: float,
+) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """Expresses episode ends for `vtrace_targets`.
 
   Args:
@@ -36,9 +39,11 @@ def transition_inputs(baseline: tf.Tensor, terminated: tf.Tensor,
   truncated_next = tf.cast(truncated[1:], tf.bool)
   done_next = tf.logical_or(terminated_next, truncated_next)
   discounts = discount * (1.0 - tf.cast(terminated_next, tf.float32))
-  next_values = tf.where(truncated_next,
-                         tf.cast(bootstrap_value[1:], tf.float32),
-                         tf.cast(baseline[1:], tf.float32))
+  next_values = tf.where(
+    truncated_next,
+    tf.cast(bootstrap_value[1:], tf.float32),
+    tf.cast(baseline[1:], tf.float32),
+  )
   trace_mask = 1.0 - tf.cast(done_next, tf.float32)
   return discounts, next_values, trace_mask
 
@@ -57,27 +62,30 @@ def clip_rewards(rewards: tf.Tensor, mode: str) -> tf.Tensor:
   if mode == "soft_asymmetric":
     squeezed = tf.tanh(rewards / 5.0)
     return tf.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
-  raise ValueError(f"reward_clipping {mode!r} is unknown; allowed: 'none', "
-                   f"'abs_one', 'soft_asymmetric'")
+  raise ValueError(
+    f"reward_clipping {mode!r} is unknown; allowed: 'none', "
+    f"'abs_one', 'soft_asymmetric'"
+  )
 
 
-def impala_loss(distribution,
-                policy_params: tf.Tensor,
-                baseline: tf.Tensor,
-                action: tf.Tensor,
-                behaviour_params: tf.Tensor,
-                reward: tf.Tensor,
-                terminated: tf.Tensor,
-                truncated: tf.Tensor,
-                bootstrap_value: tf.Tensor,
-                *,
-                discount: float,
-                baseline_cost: float,
-                entropy_cost: float,
-                clip_rho_threshold: float = 1.0,
-                clip_c_threshold: float = 1.0,
-                clip_pg_rho_threshold: float = 1.0
-               ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+def impala_loss(
+  distribution,
+  policy_params: tf.Tensor,
+  baseline: tf.Tensor,
+  action: tf.Tensor,
+  behaviour_params: tf.Tensor,
+  reward: tf.Tensor,
+  terminated: tf.Tensor,
+  truncated: tf.Tensor,
+  bootstrap_value: tf.Tensor,
+  *,
+  discount: float,
+  baseline_cost: float,
+  entropy_cost: float,
+  clip_rho_threshold: float = 1.0,
+  clip_c_threshold: float = 1.0,
+  clip_pg_rho_threshold: float = 1.0,
+) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """Computes the IMPALA loss over one batch of unrolls.
 
   Args:
@@ -104,23 +112,25 @@ def impala_loss(distribution,
   action_t = action[:-1]
   target_log_prob = distribution.log_prob(params_t, action_t)
   behaviour_log_prob = distribution.log_prob(
-      tf.cast(behaviour_params[:-1], params_t.dtype), action_t)
+    tf.cast(behaviour_params[:-1], params_t.dtype), action_t
+  )
   log_rhos = tf.stop_gradient(target_log_prob) - behaviour_log_prob
 
   discounts, next_values, trace_mask = transition_inputs(
-      tf.stop_gradient(baseline), terminated, truncated, bootstrap_value,
-      discount)
+    tf.stop_gradient(baseline), terminated, truncated, bootstrap_value, discount
+  )
   values = baseline[:-1]
   vs, pg_advantages = vtrace.vtrace_targets(
-      log_rhos=log_rhos,
-      discounts=discounts,
-      rewards=tf.cast(reward[1:], tf.float32),
-      values=tf.stop_gradient(values),
-      next_values=next_values,
-      trace_mask=trace_mask,
-      clip_rho_threshold=clip_rho_threshold,
-      clip_c_threshold=clip_c_threshold,
-      clip_pg_rho_threshold=clip_pg_rho_threshold)
+    log_rhos=log_rhos,
+    discounts=discounts,
+    rewards=tf.cast(reward[1:], tf.float32),
+    values=tf.stop_gradient(values),
+    next_values=next_values,
+    trace_mask=trace_mask,
+    clip_rho_threshold=clip_rho_threshold,
+    clip_c_threshold=clip_c_threshold,
+    clip_pg_rho_threshold=clip_pg_rho_threshold,
+  )
 
   policy_loss = -tf.reduce_mean(target_log_prob * pg_advantages)
   baseline_loss = baseline_cost * 0.5 * tf.reduce_mean(tf.square(vs - values))
@@ -130,18 +140,20 @@ def impala_loss(distribution,
 
   rhos = tf.exp(log_rhos)
   metrics = {
-      "loss/policy": policy_loss,
-      "loss/value": baseline_loss,
-      "loss/entropy": entropy_loss,
-      "loss/total": total,
-      "policy/entropy": entropy,
-      "vtrace/rho_mean": tf.reduce_mean(rhos),
-      "vtrace/rho_clipped_fraction": tf.reduce_mean(
-          tf.cast(rhos > clip_rho_threshold, tf.float32)),
-      "value/mean": tf.reduce_mean(values),
-      "value/target_mean": tf.reduce_mean(vs),
-      "value/explained_variance": diagnostics.explained_variance(
-          tf.stop_gradient(values), vs),
-      **diagnostics.advantage_stats(pg_advantages),
+    "loss/policy": policy_loss,
+    "loss/value": baseline_loss,
+    "loss/entropy": entropy_loss,
+    "loss/total": total,
+    "policy/entropy": entropy,
+    "vtrace/rho_mean": tf.reduce_mean(rhos),
+    "vtrace/rho_clipped_fraction": tf.reduce_mean(
+      tf.cast(rhos > clip_rho_threshold, tf.float32)
+    ),
+    "value/mean": tf.reduce_mean(values),
+    "value/target_mean": tf.reduce_mean(vs),
+    "value/explained_variance": diagnostics.explained_variance(
+      tf.stop_gradient(values), vs
+    ),
+    **diagnostics.advantage_stats(pg_advantages),
   }
   return total, metrics

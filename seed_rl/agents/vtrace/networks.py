@@ -18,8 +18,9 @@ from seed_rl.common import distributions
 CoreState = Tuple[tf.Tensor, ...]
 
 
-def action_features(distribution: distributions.ActionDistribution
-                   ) -> Callable[[tf.Tensor], tf.Tensor]:
+def action_features(
+  distribution: distributions.ActionDistribution,
+) -> Callable[[tf.Tensor], tf.Tensor]:
   """The LSTM's previous-action input for actions of `distribution`.
 
   Categorical actions [N] -> one-hot float32 [N, A]; Gaussian actions
@@ -27,8 +28,9 @@ def action_features(distribution: distributions.ActionDistribution
   """
   if isinstance(distribution, distributions.Categorical):
     num_actions = distribution.num_actions
-    return lambda action: tf.one_hot(tf.cast(action, tf.int32), num_actions,
-                                     dtype=tf.float32)
+    return lambda action: tf.one_hot(
+      tf.cast(action, tf.int32), num_actions, dtype=tf.float32
+    )
   return lambda action: tf.cast(action, tf.float32)
 
 
@@ -41,14 +43,16 @@ class ActorCriticNetwork(keras.layers.Layer):
   LSTM the network is feed-forward in the observation alone.
   """
 
-  def __init__(self,
-               torso_fn: Callable[[], keras.layers.Layer],
-               num_policy_params: int,
-               action_features: Callable[[tf.Tensor], tf.Tensor],
-               use_lstm: bool = False,
-               lstm_size: int = 256,
-               separate_value_torso: bool = False,
-               **kwargs):
+  def __init__(
+    self,
+    torso_fn: Callable[[], keras.layers.Layer],
+    num_policy_params: int,
+    action_features: Callable[[tf.Tensor], tf.Tensor],
+    use_lstm: bool = False,
+    lstm_size: int = 256,
+    separate_value_torso: bool = False,
+    **kwargs,
+  ):
     """Builds the layers.
 
     Args:
@@ -63,13 +67,16 @@ class ActorCriticNetwork(keras.layers.Layer):
     """
     super().__init__(**kwargs)
     if num_policy_params < 1:
-      raise ValueError(f"num_policy_params must be >= 1, got "
-                       f"{num_policy_params}")
+      raise ValueError(
+        f"num_policy_params must be >= 1, got {num_policy_params}"
+      )
     if use_lstm and lstm_size < 1:
       raise ValueError(f"lstm_size must be >= 1 with use_lstm, got {lstm_size}")
     if use_lstm and separate_value_torso:
-      raise ValueError("separate_value_torso needs a feed-forward network; "
-                       "with use_lstm the value head shares the LSTM core")
+      raise ValueError(
+        "separate_value_torso needs a feed-forward network; "
+        "with use_lstm the value head shares the LSTM core"
+      )
     self.use_lstm = bool(use_lstm)
     self.lstm_size = int(lstm_size)
     self._action_features = action_features
@@ -79,10 +86,12 @@ class ActorCriticNetwork(keras.layers.Layer):
     # A near-zero policy init starts from an almost uniform policy, so early
     # importance weights and entropy are well behaved.
     self.policy_head = keras.layers.Dense(
-        num_policy_params,
-        kernel_initializer=keras.initializers.Orthogonal(gain=0.01))
+      num_policy_params,
+      kernel_initializer=keras.initializers.Orthogonal(gain=0.01),
+    )
     self.baseline_head = keras.layers.Dense(
-        1, kernel_initializer=keras.initializers.Orthogonal(gain=1.0))
+      1, kernel_initializer=keras.initializers.Orthogonal(gain=1.0)
+    )
 
   def initial_state(self, batch_size: int) -> CoreState:
     """Zero core state: (h [B, H], c [B, H]) with an LSTM, else ()."""
@@ -94,24 +103,29 @@ class ActorCriticNetwork(keras.layers.Layer):
   def _core_inputs(self, observation, prev_action, reward, done):
     """[N, ...] inputs -> (policy features [N, F], value features or None)."""
     features = self.torso(observation)
-    value_features = (self.value_torso(observation)
-                      if self.value_torso is not None else None)
+    value_features = (
+      self.value_torso(observation) if self.value_torso is not None else None
+    )
     if self.use_lstm:
       not_done = 1.0 - tf.cast(done, tf.float32)[:, None]
       action_features = self._action_features(prev_action)
-      action_features = tf.reshape(action_features,
-                                   [tf.shape(action_features)[0], -1])
-      clipped_reward = tf.clip_by_value(
-          tf.cast(reward, tf.float32), -1.0, 1.0)[:, None]
+      action_features = tf.reshape(
+        action_features, [tf.shape(action_features)[0], -1]
+      )
+      clipped_reward = tf.clip_by_value(tf.cast(reward, tf.float32), -1.0, 1.0)[
+        :, None
+      ]
       features = tf.concat(
-          [features, action_features * not_done, clipped_reward * not_done],
-          axis=-1)
+        [features, action_features * not_done, clipped_reward * not_done],
+        axis=-1,
+      )
     return features, value_features
 
   def _heads(self, features, value_features):
     policy_params = self.policy_head(features)
     baseline = self.baseline_head(
-        value_features if value_features is not None else features)
+      value_features if value_features is not None else features
+    )
     return policy_params, tf.squeeze(baseline, -1)
 
   def _core_step(self, x, done, state):
@@ -120,9 +134,9 @@ class ActorCriticNetwork(keras.layers.Layer):
     output, new_state = self.core(x, state)
     return output, tuple(new_state)
 
-  def step(self, observation, prev_action, reward, done,
-           core_state: CoreState
-          ) -> Tuple[tf.Tensor, tf.Tensor, CoreState]:
+  def step(
+    self, observation, prev_action, reward, done, core_state: CoreState
+  ) -> Tuple[tf.Tensor, tf.Tensor, CoreState]:
     """One inference step.
 
     Args:
@@ -135,16 +149,17 @@ class ActorCriticNetwork(keras.layers.Layer):
     Returns:
       policy params [B, P], baseline [B], new core state.
     """
-    features, value_features = self._core_inputs(observation, prev_action,
-                                                 reward, done)
+    features, value_features = self._core_inputs(
+      observation, prev_action, reward, done
+    )
     if self.use_lstm:
       features, core_state = self._core_step(features, done, core_state)
     policy_params, baseline = self._heads(features, value_features)
     return policy_params, baseline, core_state
 
-  def unroll(self, observation, prev_action, reward, done,
-             core_state: CoreState
-            ) -> Tuple[tf.Tensor, tf.Tensor]:
+  def unroll(
+    self, observation, prev_action, reward, done, core_state: CoreState
+  ) -> Tuple[tf.Tensor, tf.Tensor]:
     """Runs over a time-major unroll.
 
     Args:
@@ -170,15 +185,18 @@ class ActorCriticNetwork(keras.layers.Layer):
       return y
 
     features, value_features = self._core_inputs(
-        merge(observation), merge(prev_action), merge(reward), merge(done))
+      merge(observation), merge(prev_action), merge(reward), merge(done)
+    )
     if self.use_lstm:
       features = split(features)
       # A Python loop over the static length unrolls into one graph; T is
       # fixed per agent, so this traces once.
       num_steps = done.shape[0]
       if num_steps is None:
-        raise ValueError("unroll with use_lstm needs a static number of time "
-                         "steps (done.shape[0] is None)")
+        raise ValueError(
+          "unroll with use_lstm needs a static number of time "
+          "steps (done.shape[0] is None)"
+        )
       outputs = []
       state = core_state
       for t in range(num_steps):
@@ -189,14 +207,19 @@ class ActorCriticNetwork(keras.layers.Layer):
     return split(policy_params), split(baseline)
 
 
-def build_network(network: ActorCriticNetwork, observation_spec,
-                  action_spec) -> None:
+def build_network(
+  network: ActorCriticNetwork, observation_spec, action_spec
+) -> None:
   """Creates the variables by running one step on a batch of zeros."""
   batch = 1
-  observation = tf.zeros((batch,) + tuple(observation_spec.shape),
-                         observation_spec.dtype)
-  prev_action = tf.zeros((batch,) + tuple(action_spec.shape),
-                         action_spec.dtype)
-  network.step(observation, prev_action, tf.zeros([batch]),
-               tf.zeros([batch], tf.bool), network.initial_state(batch))
-
+  observation = tf.zeros(
+    (batch,) + tuple(observation_spec.shape), observation_spec.dtype
+  )
+  prev_action = tf.zeros((batch,) + tuple(action_spec.shape), action_spec.dtype)
+  network.step(
+    observation,
+    prev_action,
+    tf.zeros([batch]),
+    tf.zeros([batch], tf.bool),
+    network.initial_state(batch),
+  )

@@ -41,16 +41,17 @@ import tensorflow as tf
 from seed_rl.common.agent_api import check_time_major
 
 
-def vtrace_targets(log_rhos: tf.Tensor,
-                   discounts: tf.Tensor,
-                   rewards: tf.Tensor,
-                   values: tf.Tensor,
-                   next_values: tf.Tensor,
-                   trace_mask: tf.Tensor,
-                   clip_rho_threshold: float = 1.0,
-                   clip_c_threshold: float = 1.0,
-                   clip_pg_rho_threshold: float = 1.0
-                  ) -> Tuple[tf.Tensor, tf.Tensor]:
+def vtrace_targets(
+  log_rhos: tf.Tensor,
+  discounts: tf.Tensor,
+  rewards: tf.Tensor,
+  values: tf.Tensor,
+  next_values: tf.Tensor,
+  trace_mask: tf.Tensor,
+  clip_rho_threshold: float = 1.0,
+  clip_c_threshold: float = 1.0,
+  clip_pg_rho_threshold: float = 1.0,
+) -> Tuple[tf.Tensor, tf.Tensor]:
   """Computes V-trace value targets and policy-gradient advantages.
 
   Args:
@@ -71,19 +72,26 @@ def vtrace_targets(log_rhos: tf.Tensor,
       - V(x_t)).
     Both carry no gradient.
   """
-  for threshold_name, threshold in (("clip_rho_threshold", clip_rho_threshold),
-                                    ("clip_c_threshold", clip_c_threshold),
-                                    ("clip_pg_rho_threshold",
-                                     clip_pg_rho_threshold)):
+  for threshold_name, threshold in (
+    ("clip_rho_threshold", clip_rho_threshold),
+    ("clip_c_threshold", clip_c_threshold),
+    ("clip_pg_rho_threshold", clip_pg_rho_threshold),
+  ):
     if not threshold > 0:
-      raise ValueError(f"vtrace_targets: {threshold_name} must be > 0 (a "
-                       f"non-positive clip zeroes every update), got "
-                       f"{threshold}")
+      raise ValueError(
+        f"vtrace_targets: {threshold_name} must be > 0 (a "
+        f"non-positive clip zeroes every update), got "
+        f"{threshold}"
+      )
   values = tf.convert_to_tensor(values, tf.float32)
   tensors = {}
-  for name, tensor in (("log_rhos", log_rhos), ("discounts", discounts),
-                       ("rewards", rewards), ("next_values", next_values),
-                       ("trace_mask", trace_mask)):
+  for name, tensor in (
+    ("log_rhos", log_rhos),
+    ("discounts", discounts),
+    ("rewards", rewards),
+    ("next_values", next_values),
+    ("trace_mask", trace_mask),
+  ):
     tensor = tf.convert_to_tensor(tensor, tf.float32)
     check_time_major("vtrace_targets", name, tensor, values)
     tensors[name] = tensor
@@ -105,8 +113,12 @@ def vtrace_targets(log_rhos: tf.Tensor,
     return delta + coefficient * acc_next
 
   # acc[t] = vs[t] - values[t]; scanned from t = T-1 down to 0 with acc_T = 0.
-  acc = tf.scan(backward, (deltas, trace_coefficients),
-                initializer=tf.zeros_like(values[0]), reverse=True)
+  acc = tf.scan(
+    backward,
+    (deltas, trace_coefficients),
+    initializer=tf.zeros_like(values[0]),
+    reverse=True,
+  )
   vs = values + acc
 
   acc_tp1 = tf.concat([acc[1:], tf.zeros_like(acc[:1])], axis=0)
