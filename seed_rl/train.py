@@ -204,10 +204,10 @@ def main(argv=None) -> int:
       f"actor {i}",
     )
   if args.tensorboard:
-    logdir = _forwarded(extra, ("--logdir",))
+    forwarded_logdir = _forwarded(extra, ("--logdir",))
     logdir = (
-      logdir[-1].split("=", 1)[-1]
-      if logdir
+      forwarded_logdir[-1].split("=", 1)[-1]
+      if forwarded_logdir
       else os.path.join("runs", f"{args.env}-{args.agent}")
     )
     spawn(
@@ -229,7 +229,8 @@ def main(argv=None) -> int:
 
   learner = procs[0][1]
   code = None
-  restarts = []  # times of actor restarts, to give up on a crash loop
+  # Times of actor restarts, to give up on a crash loop.
+  restarts: List[float] = []
   try:
     while not stopping:
       code = learner.poll()

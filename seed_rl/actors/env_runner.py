@@ -6,7 +6,7 @@ convert observations and actions identically.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -66,15 +66,16 @@ class EnvRunner:
       `final_observation` is the ended episode's last observation when
       truncated (None otherwise). Terminated wins over truncated.
     """
+    env_action: Union[int, np.ndarray]
     if self.action_spec.is_discrete:
       env_action = int(action) + self._action_offset
     else:
-      env_action = np.asarray(action)
+      continuous = np.asarray(action)
       if self._clip:
-        env_action = np.clip(
-          env_action, self.action_spec.minimum, self.action_spec.maximum
+        continuous = np.clip(
+          continuous, self.action_spec.minimum, self.action_spec.maximum
         )
-      env_action = env_action.astype(self._action_dtype, copy=False)
+      env_action = continuous.astype(self._action_dtype, copy=False)
     obs, reward, terminated, truncated, _ = self.env.step(env_action)
     terminated = bool(terminated)
     truncated = bool(truncated) and not terminated

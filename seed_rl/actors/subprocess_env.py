@@ -26,7 +26,7 @@ import time
 import traceback
 import weakref
 from multiprocessing import shared_memory
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
@@ -263,7 +263,9 @@ class SubprocessBatchedEnv(BatchedEnv):
     try:
       for worker, env_indices in enumerate(self._slices):
         parent_conn, child_conn = context.Pipe()
-        process = context.Process(
+        # typeshed types get_context(str) as BaseContext, which lacks
+        # Process; every concrete start-method context has it.
+        process = context.Process(  # type: ignore[attr-defined]
           target=_worker_main,
           name=f"seed_rl-env-worker-{worker}",
           args=(
@@ -313,7 +315,8 @@ class SubprocessBatchedEnv(BatchedEnv):
 
   @property
   def worker_pids(self) -> List[int]:
-    return [p.pid for p in self._processes]
+    # Processes are kept only once started, and a started one has a pid.
+    return [cast(int, p.pid) for p in self._processes]
 
   def _receive(self, worker: int) -> bytes:
     """Next ack payload of `worker`; closes everything and raises on error."""
@@ -350,6 +353,8 @@ class SubprocessBatchedEnv(BatchedEnv):
       self._receive(worker)
 
   def reset(self) -> np.ndarray:
+    if self._arrays is None:
+      raise RuntimeError("SubprocessBatchedEnv is closed")
     self._command(_RESET)
     return self._arrays["observation"].copy()
 

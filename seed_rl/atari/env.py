@@ -80,7 +80,7 @@ class AtariBatchedEnv(BatchedEnv):
     self.num_envs = num_envs
     self._seed = seed
     self._seeded = False
-    self._env = ale_py.AtariVectorEnv(
+    self._env: Optional[ale_py.AtariVectorEnv] = ale_py.AtariVectorEnv(
       game,
       num_envs,
       num_threads=num_threads,
@@ -100,7 +100,11 @@ class AtariBatchedEnv(BatchedEnv):
       autoreset_mode=AutoresetMode.SAME_STEP,
     )
     self.observation_spec = ArraySpec(
-      FRAME_SHAPE, "uint8", "observation", minimum=0, maximum=255
+      FRAME_SHAPE,
+      "uint8",
+      "observation",
+      minimum=np.asarray(0),
+      maximum=np.asarray(255),
     )
     self.action_spec = spec_from_space(self._env.single_action_space, "action")
 
@@ -108,13 +112,18 @@ class AtariBatchedEnv(BatchedEnv):
     # [N, stack_num=1, 84, 84] -> [N, 84, 84]
     return stacked.reshape((stacked.shape[0],) + FRAME_SHAPE)
 
+  def _live_env(self) -> ale_py.AtariVectorEnv:
+    if self._env is None:
+      raise RuntimeError("AtariBatchedEnv is closed")
+    return self._env
+
   def reset(self) -> np.ndarray:
-    obs, _ = self._env.reset(seed=None if self._seeded else self._seed)
+    obs, _ = self._live_env().reset(seed=None if self._seeded else self._seed)
     self._seeded = True
     return self._frames(obs)
 
   def step(self, actions: np.ndarray) -> StepResult:
-    obs, reward, terminated, truncated, info = self._env.step(
+    obs, reward, terminated, truncated, info = self._live_env().step(
       np.asarray(actions, np.int32)
     )
     terminated = np.asarray(terminated, bool)

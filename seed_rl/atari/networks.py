@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import gin
 import keras
@@ -132,7 +132,7 @@ class AtariTorso(keras.layers.Layer):
     self.kind = kind
     self.feature_dtype = compute_dtype
     policy = _COMPUTE_DTYPES[compute_dtype]
-    layers = []
+    layers: List[keras.layers.Layer] = []
     # Frames arrive as uint8 0..255; the first conv sees them scaled to
     # [0, 1] (see ScaledInputConv2D), later ones see features.
     conv = lambda *a, **kw: (

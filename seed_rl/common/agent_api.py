@@ -202,7 +202,7 @@ def check_act_inputs(
     action_spec.check_batch(
       inputs.prev_action, batch_size, "ActInputs.prev_action"
     )
-  converted = {}
+  converted: Dict[str, Any] = {}
   for name, dtype in (
     ("reward", np.float32),
     ("done", np.bool_),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Generic, List, Optional, Sequence, TypeVar
+from typing import Callable, Generic, List, Optional, Sequence, TypeVar, cast
 
 Request = TypeVar("Request")
 Result = TypeVar("Result")
@@ -32,7 +32,7 @@ class _Slot(Generic[Result]):
     self.size = size
     self.arrival = time.monotonic()
     self.done = threading.Event()
-    self.result = None
+    self.result: Optional[Result] = None
     self.error: Optional[BaseException] = None
 
 
@@ -74,7 +74,7 @@ class DynamicBatcher(Generic[Request, Result]):
     self._max_batch_size = max_batch_size
     self._timeout_s = timeout_s
     self._size_fn = size_fn
-    self._pending: List[_Slot] = []
+    self._pending: List[_Slot[Result]] = []
     self._pending_size = 0
     self._cond = threading.Condition()
     self._stopped = False
@@ -89,7 +89,7 @@ class DynamicBatcher(Generic[Request, Result]):
 
   def __call__(self, request: Request) -> Result:
     """Blocks until `request` was served; returns its result."""
-    slot = _Slot(request, self._size_fn(request))
+    slot: _Slot[Result] = _Slot(request, self._size_fn(request))
     with self._cond:
       if self._stopped:
         raise BatcherStopped("the learner is shutting down")
@@ -100,9 +100,11 @@ class DynamicBatcher(Generic[Request, Result]):
     slot.done.wait()
     if slot.error is not None:
       raise slot.error
-    return slot.result
+    # Done without an error: _loop stored fn's result, which may itself be
+    # None when Result allows it, so this is a cast rather than a check.
+    return cast(Result, slot.result)
 
-  def _take_batch(self) -> Optional[List[_Slot]]:
+  def _take_batch(self) -> Optional[List[_Slot[Result]]]:
     with self._cond:
       while True:
         if self._stopped:
@@ -117,7 +119,8 @@ class DynamicBatcher(Generic[Request, Result]):
         else:
           self._cond.wait()
       # Take requests in arrival order up to the cap (at least one).
-      taken, size = [], 0
+      taken: List[_Slot[Result]] = []
+      size = 0
       while self._pending and (
         not taken or size + self._pending[0].size <= self._max_batch_size
       ):

@@ -178,6 +178,8 @@ class DiagGaussian(ActionDistribution):
       self._low = tf.constant(low, tf.float32)
       self._high = tf.constant(high, tf.float32)
     if bounds == "tanh":
+      # Not None: bounds != "none" checked them above.
+      assert low is not None and high is not None
       # Affine map [-1, 1] -> [low, high]: a = center + scale * tanh(u).
       self._center = tf.constant((high + low) / 2.0, tf.float32)
       self._scale = tf.constant((high - low) / 2.0, tf.float32)
@@ -265,6 +267,7 @@ def for_action_spec(
         f"action spec {name!r}: discrete actions need an "
         f"integer dtype, got {action_spec.dtype}"
       )
+    assert action_spec.num_values is not None  # is_discrete
     return Categorical(action_spec.num_values, action_spec.dtype)
   if len(action_spec.shape) != 1 or action_spec.dtype != "float32":
     raise ValueError(
@@ -279,9 +282,12 @@ def for_action_spec(
       f"action spec {name!r}: give both minimum and maximum "
       f"(a Box) or neither (unbounded)"
     )
-  if not has_min or not (
-    np.any(np.isfinite(action_spec.minimum))
-    or np.any(np.isfinite(action_spec.maximum))
+  minimum, maximum = action_spec.minimum, action_spec.maximum
+  # has_min == has_max here, so the `is None` tests mean `not has_min`.
+  if (
+    minimum is None
+    or maximum is None
+    or not (np.any(np.isfinite(minimum)) or np.any(np.isfinite(maximum)))
   ):
     bounds = "none"
   elif bounds == "none":

@@ -376,6 +376,7 @@ class Learner:
     if (
       cfg.target_return is not None
       and self.episodes.full_window()
+      and recent is not None  # implied by a full window; narrows the type
       and recent >= cfg.target_return
     ):
       if self.solved_at_s is None:

@@ -6,7 +6,7 @@ import collections
 import math
 import sys
 import threading
-from typing import Dict, List, Mapping, Optional
+from typing import DefaultDict, Deque, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -43,10 +43,10 @@ class EpisodeTracker:
   def __init__(self, window: int = 100):
     self.window = window
     self._lock = threading.Lock()
-    self._recent = collections.deque(maxlen=window)
+    self._recent: Deque[float] = collections.deque(maxlen=window)
     # Running sums between drains (bounded memory whatever actors send).
-    self._sums = collections.defaultdict(float)
-    self._counts = collections.defaultdict(int)
+    self._sums: DefaultDict[str, float] = collections.defaultdict(float)
+    self._counts: DefaultDict[str, int] = collections.defaultdict(int)
     self.episodes = 0
 
   def add(self, returns: np.ndarray, lengths: np.ndarray, prefix: str) -> None:

@@ -10,7 +10,7 @@ merges lose the small batch contributions.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -179,7 +179,7 @@ class RewardScaler(tf.Module):
     # Column k is in round r if env_ids[k] appeared r times before it; each
     # round has distinct envs and is processed after the previous one.
     rounds = np.zeros(env_ids.shape, np.int64)
-    seen = {}
+    seen: Dict[int, int] = {}
     for k, env in enumerate(env_ids.tolist()):
       rounds[k] = seen.get(env, 0)
       seen[env] = rounds[k] + 1

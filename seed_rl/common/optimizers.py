@@ -136,12 +136,13 @@ class Optimizer(tf.Module):
         f"clipping), got {max_grad_norm}"
       )
     self.kind = name
-    self._schedule = learning_rate if callable(learning_rate) else None
-    initial = (
-      float(learning_rate)
-      if self._schedule is None
-      else float(self._schedule(tf.constant(0, tf.int64)))
-    )
+    self._schedule: Optional[Callable[[tf.Tensor], tf.Tensor]]
+    if callable(learning_rate):
+      self._schedule = learning_rate
+      initial = float(learning_rate(tf.constant(0, tf.int64)))
+    else:
+      self._schedule = None
+      initial = float(learning_rate)
     self.learning_rate = tf.Variable(
       initial, dtype=tf.float32, trainable=False, name="learning_rate"
     )
@@ -180,8 +181,8 @@ class Optimizer(tf.Module):
     pairs = [(g, v) for g, v in grads_and_vars if g is not None]
     if not pairs:
       raise ValueError("apply_gradients got no gradients (all None)")
-    grads, variables = zip(*pairs)
-    variables = [_tf_variable(v) for v in variables]
+    grads, given = zip(*pairs)
+    variables = [_tf_variable(v) for v in given]
     index = {ref: i for i, ref in enumerate(self._refs)}
     slots = [index[v.ref()] for v in variables]
     norm = tf.linalg.global_norm(grads)

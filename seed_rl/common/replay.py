@@ -280,6 +280,7 @@ class PrioritizedReplay:
     with self._lock:
       if self._storage is None:
         self._allocate(items)
+      assert self._storage is not None  # set by _allocate
       if set(items) != set(self._storage):
         raise ValueError(
           "PrioritizedReplay.insert: item names "
@@ -340,8 +341,11 @@ class PrioritizedReplay:
         values = strata * segment
         slots = self._tree.find_prefix_sum(np.minimum(values, total))
         probs = self._tree.get(slots) / total
-        weights = (self._size * probs) ** (-self._beta)
-        weights = (weights / weights.max()).astype(np.float32)
+        raw_weights = (self._size * probs) ** (-self._beta)
+        weights = (raw_weights / raw_weights.max()).astype(np.float32)
+      # Storage is allocated by the first non-empty insert, so _size > 0
+      # (checked above) means it exists.
+      assert self._storage is not None
       items = {key: value[slots] for key, value in self._storage.items()}
       keys = self._generation[slots] * self._capacity + slots
     return keys.astype(np.int64), items, weights

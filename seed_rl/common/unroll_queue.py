@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-from typing import List, Optional
+from typing import Any, Deque, Dict, List, Optional
 
 import numpy as np
 
@@ -26,7 +26,7 @@ def concat_unrolls(unrolls: List[Unroll]) -> Unroll:
   """Concatenates unrolls along the batch axis."""
   if len(unrolls) == 1:
     return unrolls[0]
-  fields = {}
+  fields: Dict[str, Any] = {}
   for field in dataclasses.fields(Unroll):
     values = [getattr(unroll, field.name) for unroll in unrolls]
     if field.name == "extras":
@@ -53,7 +53,7 @@ class UnrollQueue:
       )
     self.capacity = capacity
     self.batch_size = batch_size
-    self._pieces = collections.deque()
+    self._pieces: Deque[Unroll] = collections.deque()
     self._size = 0
     self._stopped = False
     self._cond = threading.Condition()

@@ -65,6 +65,7 @@ class UnrollStore:
     """
     if self._buffers is None:
       self._allocate(step)
+    assert self._buffers is not None  # set by _allocate
     pos = self._pos[env_ids]
     for name, buffer in self._buffers.items():
       buffer[env_ids, pos] = step[name]

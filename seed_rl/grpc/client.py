@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import grpc
 import numpy as np
@@ -192,7 +192,8 @@ class ActorClient:
     self._stub = seed_rl_pb2_grpc.SeedRLStub(self._channel)
     self._hello: Optional[seed_rl_pb2.HelloResponse] = None
     self._requests: Optional[_RequestQueue] = None
-    self._responses = None
+    # The Step call: an iterator of StepResponse that also has cancel().
+    self._responses: Optional[Any] = None
     self._closed = False
     self._log_throttle = _Throttle(_LOG_INTERVAL_S)
 
@@ -344,9 +345,14 @@ class ActorClient:
       self.connect()
     failures = 0
     while True:
+      requests, responses = self._requests, self._responses
+      if requests is None or responses is None:
+        # connect() (above, or at the end of the last pass) opened both;
+        # only a close() from another thread drops them meanwhile.
+        raise RuntimeError("ActorClient: closed during step()")
       try:
-        self._requests.put(request)
-        return self._decode_actions(next(self._responses))
+        requests.put(request)
+        return self._decode_actions(next(responses))
       except StopIteration:
         cause = "the learner closed the stream"
       except grpc.RpcError as e:

@@ -101,7 +101,7 @@ def decode_tensor(
   # Runs for every field of every message: kept to a few C-level calls.
   dtype = WIRE_DTYPES.get(message.dtype)
   if dtype is None:
-    _wire_dtype(message.dtype, what)  # raises naming the allowed dtypes
+    dtype = _wire_dtype(message.dtype, what)  # raises naming the allowed dtypes
   shape = tuple(message.shape)
   if shape and min(shape) < 0:
     raise ValueError(f"{what}: shape {list(shape)} has a negative dimension")

@@ -94,6 +94,8 @@ class ServerSecurity:
   def credentials(self) -> Optional[grpc.ServerCredentials]:
     if not self.tls:
       return None
+    # __post_init__ allows a certificate only together with a key.
+    assert self.cert_file and self.key_file
     return grpc.ssl_server_credentials(
       [
         (

@@ -48,6 +48,7 @@ class DQNAgent(Agent):
     cfg = self.config = config if config is not None else DQNConfig()
     self.unroll_length = cfg.unroll_length
     self.unroll_overlap = cfg.unroll_overlap
+    assert action_spec.num_values is not None  # is_discrete, checked above
     self.num_actions = int(action_spec.num_values)
     self._online = self._make_network("dqn_online")
     self._target = self._make_network("dqn_target")

@@ -60,6 +60,7 @@ class R2D2Agent(Agent):
     self.config = cfg = config if config is not None else R2D2Config()
     self.unroll_length = cfg.unroll_length
     self.unroll_overlap = cfg.unroll_overlap
+    assert action_spec.num_values is not None  # is_discrete, checked above
     self._num_actions = int(action_spec.num_values)
     make_net = lambda name: networks.R2D2Network(
       cfg.torso, self._num_actions, cfg.lstm_units, cfg.head_hidden, name=name

@@ -36,7 +36,10 @@ class Sequences(NamedTuple):
   core_state: State
 
 
-def _slice(seq: Sequences, start: int, stop=None) -> Tuple[tf.Tensor, ...]:
+def _slice(
+  seq: Sequences, start: int, stop=None
+) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+  """(observation, prev_action, reward, done)[start:stop]: `unroll`'s inputs."""
   done = tf.logical_or(seq.terminated, seq.truncated)
   return (
     seq.observation[start:stop],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -64,7 +64,8 @@ class VtraceAgent(Agent):
       action_features=networks.action_features(self._distribution),
       use_lstm=self.config.use_lstm,
       lstm_size=self.config.lstm_size,
-      separate_value_torso=self.config.separate_value_torso,
+      # VtraceConfig.__post_init__ resolves None to `not use_lstm`.
+      separate_value_torso=bool(self.config.separate_value_torso),
       name="vtrace_network",
     )
     networks.build_network(self._network, observation_spec, action_spec)
@@ -118,7 +119,8 @@ class VtraceAgent(Agent):
       self.action_spec,
       len(self._core_state_shapes),
     )
-    args = [
+    # Arrays, then the core state (a tuple of arrays) with an LSTM.
+    args: List[Union[np.ndarray, Tuple[np.ndarray, ...]]] = [
       inputs.observation,
       inputs.prev_action,
       inputs.reward,
@@ -179,6 +181,8 @@ class VtraceAgent(Agent):
       )
       for m in range(cfg.num_minibatches):
         idx = order[m * minibatch : (m + 1) * minibatch]
+        # The inputs' arrays, then the core state (a tuple of arrays).
+        args: Tuple[Union[np.ndarray, Tuple[np.ndarray, ...]], ...]
         if cfg.num_minibatches == 1:
           args = inputs + (core_state,)
         else:
