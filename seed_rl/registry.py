@@ -1,31 +1,43 @@
-"""Which environments and agents exist, and which pairs have a gin file.
+"""Which environment domains and agents exist; both sides read this one.
 
-A pair (env, agent) is valid when `seed_rl/<env>/gin/<agent>.gin` exists.
-TensorFlow-free, so actors can use it too.
+A domain is a package with `env.py` (a gin-configurable
+`create_environment(num_envs, seed)`) and a `gin/` folder; an agent is a
+package with `agent.py` (`create_agent(observation_spec, action_spec,
+num_envs)`). The built-in ones have short names below. Any other package
+works by its dotted path, with nothing here to edit:
+
+    ./run_local.sh my_pkg.my_domain vtrace          # your domain
+    ./run_local.sh classic my_pkg.my_agent          # your agent
+
+The gin file of a pair is `<domain>/gin/<agent>.gin`, else
+`<agent>/gin/<domain>.gin` (an agent package may bring its own configs for
+existing domains), with the short name (last component) of the other side.
+TensorFlow-free: actors and the launcher use it too.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import os
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
-# env name -> module with a gin-configurable create_environment(num_envs, seed)
+# short name -> domain package (env.py with create_environment, gin/)
 ENVS = {
-  "classic": "seed_rl.classic.env",
-  "atari": "seed_rl.atari.env",
-  "mujoco": "seed_rl.mujoco.env",
-  "synthetic": "seed_rl.synthetic.env",
+  "classic": "seed_rl.classic",
+  "atari": "seed_rl.atari",
+  "mujoco": "seed_rl.mujoco",
+  "synthetic": "seed_rl.synthetic",
 }
-# agent name -> module with create_agent(observation_spec, action_spec, n)
+# short name -> agent package (agent.py with create_agent)
 AGENTS = {
-  "vtrace": "seed_rl.agents.vtrace.agent",
-  "ppo": "seed_rl.agents.ppo.agent",
-  "r2d2": "seed_rl.agents.r2d2.agent",
-  "dqn": "seed_rl.agents.dqn.agent",
+  "vtrace": "seed_rl.agents.vtrace",
+  "ppo": "seed_rl.agents.ppo",
+  "r2d2": "seed_rl.agents.r2d2",
+  "dqn": "seed_rl.agents.dqn",
 }
 # Modules whose gin configurables a learner-side gin file may bind.
 LEARNER_GIN_MODULES = (
@@ -35,11 +47,51 @@ LEARNER_GIN_MODULES = (
 )
 
 
+def _package(name: str, table) -> Optional[str]:
+  if name in table:
+    return table[name]
+  return name if "." in name else None
+
+
+def short_name(name: str) -> str:
+  """'classic' -> 'classic'; 'my_pkg.my_domain' -> 'my_domain'."""
+  return name.rsplit(".", 1)[-1]
+
+
+def _package_dir(package: str) -> Optional[str]:
+  """The folder of `package` without running its code (None if missing)."""
+  try:
+    spec = importlib.util.find_spec(package)
+  except (ImportError, ValueError):
+    return None
+  if spec is None or not spec.submodule_search_locations:
+    return None
+  return list(spec.submodule_search_locations)[0]
+
+
 def gin_file(env: str, agent: str) -> str:
-  return os.path.join(PACKAGE_DIR, env, "gin", f"{agent}.gin")
+  """The pair's gin file (see the module docstring); may not exist."""
+  env_dir = _package_dir(_package(env, ENVS) or env)
+  agent_dir = _package_dir(_package(agent, AGENTS) or agent)
+  candidates = []
+  if env_dir:
+    candidates.append(os.path.join(env_dir, "gin", f"{short_name(agent)}.gin"))
+  if agent_dir:
+    candidates.append(os.path.join(agent_dir, "gin", f"{short_name(env)}.gin"))
+  for path in candidates:
+    if os.path.exists(path):
+      return path
+  return (
+    candidates[0]
+    if candidates
+    else os.path.join(
+      PACKAGE_DIR, short_name(env), "gin", f"{short_name(agent)}.gin"
+    )
+  )
 
 
 def valid_pairs() -> List[Tuple[str, str]]:
+  """The built-in pairs that have a gin file."""
   return [
     (e, a) for e in ENVS for a in AGENTS if os.path.exists(gin_file(e, a))
   ]
@@ -50,30 +102,47 @@ def _suggest(name: str, options) -> str:
   return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def check_pair(env: str, agent: str) -> None:
-  """Raises ValueError naming what is valid unless (env, agent) is known."""
+def _check_package(name: str, table, kind: str, module: str) -> None:
   pairs = ", ".join(f"{e} {a}" for e, a in valid_pairs())
-  if env not in ENVS:
+  package = _package(name, table)
+  if package is None:
     raise ValueError(
-      f"unknown environment '{env}'{_suggest(env, ENVS)}; "
+      f"unknown {kind} '{name}'{_suggest(name, table)}; valid env/agent "
+      f"pairs: {pairs}; or give your own {kind} package by its dotted path"
+    )
+  if _package_dir(package) is None:
+    raise ValueError(
+      f"{kind} package '{package}' cannot be found (is it on PYTHONPATH?); "
       f"valid env/agent pairs: {pairs}"
     )
-  if agent not in AGENTS:
+  if not os.path.exists(
+    os.path.join(_package_dir(package) or "", f"{module}.py")
+  ):
+    raise ValueError(f"{kind} package '{package}' has no {module}.py")
+
+
+def check_pair(env: str, agent: str) -> None:
+  """Raises ValueError naming what is valid unless (env, agent) is usable."""
+  _check_package(env, ENVS, "environment", "env")
+  _check_package(agent, AGENTS, "agent", "agent")
+  path = gin_file(env, agent)
+  if not os.path.exists(path):
+    pairs = ", ".join(f"{e} {a}" for e, a in valid_pairs())
     raise ValueError(
-      f"unknown agent '{agent}'{_suggest(agent, AGENTS)}; "
-      f"valid env/agent pairs: {pairs}"
+      f"no configuration for agent '{agent}' on '{env}' ({path} does not "
+      f"exist); valid env/agent pairs: {pairs}"
     )
-  if not os.path.exists(gin_file(env, agent)):
-    raise ValueError(
-      f"no configuration for agent '{agent}' on '{env}' "
-      f"({gin_file(env, agent)} does not exist); valid "
-      f"env/agent pairs: {pairs}"
-    )
+
+
+def check_env(env: str) -> None:
+  """Raises ValueError unless `env` names a domain package (actors)."""
+  _check_package(env, ENVS, "environment", "env")
 
 
 def env_module(env: str):
-  return importlib.import_module(ENVS[env])
+  """The domain's env module (imports it; TensorFlow-free for built-ins)."""
+  return importlib.import_module(f"{_package(env, ENVS) or env}.env")
 
 
 def agent_module(agent: str):
-  return importlib.import_module(AGENTS[agent])
+  return importlib.import_module(f"{_package(agent, AGENTS) or agent}.agent")

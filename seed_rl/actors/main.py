@@ -53,8 +53,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
   parser.add_argument(
     "--env",
     required=True,
-    choices=sorted(registry.ENVS),
-    help="environment domain",
+    help=f"environment domain: one of {', '.join(sorted(registry.ENVS))}, "
+    "or a domain package's dotted path",
   )
   parser.add_argument(
     "--actor_id",
@@ -112,6 +112,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     help="write throughput stats (JSON) here every --log_interval_s seconds",
   )
   args = parser.parse_args(argv)
+  try:
+    registry.check_env(args.env)
+  except ValueError as e:
+    parser.error(str(e))
   if args.num_envs < 1:
     parser.error(f"--num_envs must be >= 1, got {args.num_envs}")
   if args.actor_id < 0:
