@@ -168,3 +168,28 @@ def test_bad_settings_are_named(kwargs, match):
   args.update(kwargs)
   with pytest.raises(ValueError, match=match):
     optimizers.make_optimizer(**args)
+
+
+def test_schedule_can_run_on_the_learner_step_counter():
+  clock = tf.Variable(0, dtype=tf.int64)
+  var = tf.Variable(np.zeros(2, np.float32))
+  opt = optimizers.make_optimizer(
+    "adam",
+    optimizers.learning_rate_schedule(1.0, decay_steps=10),
+    variables=[var],
+    clock=clock,
+  )
+  clock.assign(5)  # e.g. a resumed run, or updates the optimizer skipped
+  opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
+  assert float(opt.learning_rate.numpy()) == pytest.approx(0.5)
+
+
+def test_linear_schedule_values():
+  from seed_rl.common import schedules
+
+  f = schedules.linear(1.0, 0.2, 4)
+  assert [f(s) for s in (-1, 0, 2, 4, 9)] == pytest.approx(
+    [1.0, 1.0, 0.6, 0.2, 0.2]
+  )
+  with pytest.raises(ValueError, match="steps must be > 0"):
+    schedules.linear(1.0, 0.0, 0)

@@ -439,7 +439,8 @@ def test_learns_continuous_contextual_bandit(bounds):
   ],
 )
 def test_gin_files_build_valid_agents(domain, observation_spec, action_spec):
-  for module in (registry.ENVS[domain],) + registry.LEARNER_GIN_MODULES:
+  registry.env_module(domain)
+  for module in registry.LEARNER_GIN_MODULES:
     importlib.import_module(module)
   gin.clear_config()
   try:

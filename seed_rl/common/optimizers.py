@@ -122,8 +122,12 @@ class Optimizer(tf.Module):
     momentum: float = 0.0,
     beta_1: float = 0.9,
     beta_2: float = 0.999,
+    clock: Optional[tf.Variable] = None,
   ):
     super().__init__(name=f"{name}_optimizer")
+    # The learner step counter drives the schedule when given (one clock
+    # for every schedule of an agent); else the updates applied here.
+    self._clock = clock
     if name not in _OPTIMIZERS:
       raise ValueError(
         f"optimizer {name!r} is unknown; allowed: {', '.join(_OPTIMIZERS)}"
@@ -205,7 +209,8 @@ class Optimizer(tf.Module):
       )
     step = self.iterations.assign_add(1)
     if self._schedule is not None:
-      self.learning_rate.assign(self._schedule(step - 1))
+      now = step - 1 if self._clock is None else self._clock
+      self.learning_rate.assign(self._schedule(now))
     lr = tf.convert_to_tensor(self.learning_rate)
     if self.kind == "adam":
       t = tf.cast(step, tf.float32)
@@ -245,9 +250,14 @@ def make_optimizer(
   rmsprop_decay: float = 0.99,
   momentum: float = 0.0,
   variables: Optional[Sequence[tf.Variable]] = None,
+  clock: Optional[tf.Variable] = None,
 ) -> Optimizer:
   """Builds an `Optimizer` for `variables` (required: slots are made now,
-  so a checkpoint restores into it before the first training step)."""
+  so a checkpoint restores into it before the first training step).
+
+  `clock`: the learner step counter that drives a learning-rate schedule
+  (read before the agent increments it: the index of this update).
+  """
   if variables is None:
     raise ValueError("make_optimizer needs the variables it will train")
   return Optimizer(
@@ -258,6 +268,7 @@ def make_optimizer(
     max_grad_norm=max_grad_norm,
     rmsprop_decay=rmsprop_decay,
     momentum=momentum,
+    clock=clock,
   )
 
 

@@ -23,6 +23,8 @@ from seed_rl.common import agent_api
 from seed_rl.common import diagnostics
 from seed_rl.common import optimizers
 from seed_rl.common import replay as replay_lib
+from seed_rl.common import schedules
+from seed_rl.common import target_network
 from seed_rl.common import value_rescaling
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.specs import ArraySpec
@@ -122,15 +124,16 @@ class DQNAgent(Agent):
     cfg = self.config
     if learner_step is None:
       learner_step = int(self._step_counter.numpy())
-    fraction = min(1.0, learner_step / cfg.epsilon_decay_steps)
-    return cfg.epsilon_start + fraction * (cfg.epsilon_end - cfg.epsilon_start)
+    return schedules.linear(
+      cfg.epsilon_start, cfg.epsilon_end, cfg.epsilon_decay_steps
+    )(learner_step)
 
   def importance_sampling_exponent(self, learner_step: int) -> float:
     """beta, linear from its initial value to 1 at total_learner_steps."""
     cfg = self.config
-    fraction = min(1.0, learner_step / cfg.total_learner_steps)
-    beta0 = cfg.importance_sampling_exponent
-    return beta0 + fraction * (1.0 - beta0)
+    return schedules.linear(
+      cfg.importance_sampling_exponent, 1.0, cfg.total_learner_steps
+    )(learner_step)
 
   def act(self, inputs: ActInputs) -> ActOutputs:
     inputs = agent_api.check_act_inputs(inputs, self.observation_spec)
@@ -264,10 +267,9 @@ class DQNAgent(Agent):
 
   def _sync_target(self) -> None:
     """Copies the online weights (not the NoisyNet noise) to the target."""
-    for target, online in zip(
-      self._target.trainable_variables, self._online.trainable_variables
-    ):
-      target.assign(online)
+    target_network.hard_update(
+      self._online.trainable_variables, self._target.trainable_variables
+    )
 
   def _make_act_fn(self):
     obs_spec = self.observation_spec

@@ -34,6 +34,7 @@ from seed_rl.agents.ppo import networks
 from seed_rl.agents.ppo import update as update_lib
 from seed_rl.agents.ppo.config import PPOConfig
 from seed_rl.common import agent_api
+from seed_rl.common import schedules
 from seed_rl.common import distributions
 from seed_rl.common import normalizers
 from seed_rl.common import optimizers
@@ -236,7 +237,7 @@ class PPOAgent(Agent):
 
     remaining = 1.0
     if cfg.total_learner_steps:
-      remaining = max(0.0, 1.0 - step / cfg.total_learner_steps)
+      remaining = schedules.linear(1.0, 0.0, cfg.total_learner_steps)(step)
     learning_rate = cfg.learning_rate * (
       remaining if cfg.anneal_learning_rate else 1.0
     )

@@ -26,6 +26,7 @@ from seed_rl.agents.r2d2.config import R2D2Config
 from seed_rl.common import agent_api
 from seed_rl.common import diagnostics
 from seed_rl.common import optimizers
+from seed_rl.common import target_network
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.replay import PrioritizedReplay, RateLimiter
 from seed_rl.common.specs import ArraySpec
@@ -69,7 +70,7 @@ class R2D2Agent(Agent):
     self._target = make_net("r2d2_target")
     networks.build_network(self._online, observation_spec)
     networks.build_network(self._target, observation_spec)
-    networks.copy_weights(self._online, self._target)
+    target_network.hard_update(self._online.weights, self._target.weights)
     self._optimizer = optimizers.make_optimizer(
       "adam",
       cfg.learning_rate,
@@ -261,7 +262,7 @@ class R2D2Agent(Agent):
     priorities = priorities.numpy()
     self._replay.update_priorities(indices, priorities)
     if (step + 1) % cfg.target_update_period == 0:
-      networks.copy_weights(self._online, self._target)
+      target_network.hard_update(self._online.weights, self._target.weights)
     result = {name: float(value) for name, value in metrics.items()}
     result.update(
       {

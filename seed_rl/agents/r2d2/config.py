@@ -10,6 +10,7 @@ import keras
 
 from seed_rl.classic.networks import mlp_torso
 from seed_rl.common import config_checks as checks
+from seed_rl.common import schedules
 
 
 @gin.configurable
@@ -107,9 +108,11 @@ class R2D2Config:
 
   def importance_sampling_exponent_at(self, step: int) -> float:
     """Beta annealed linearly from the first to the final value."""
-    frac = min(1.0, max(0, step) / self.total_learner_steps)
-    start = self.importance_sampling_exponent
-    return start + frac * (self.importance_sampling_exponent_final - start)
+    return schedules.linear(
+      self.importance_sampling_exponent,
+      self.importance_sampling_exponent_final,
+      self.total_learner_steps,
+    )(step)
 
   def __post_init__(self):
     checks.positive_ints(

@@ -130,19 +130,3 @@ def build_network(network: R2D2Network, observation_spec: ArraySpec) -> None:
     tf.zeros([1], tf.bool),
     network.initial_state(1),
   )
-
-
-def copy_weights(source: R2D2Network, target: R2D2Network) -> None:
-  """target <- source, variable by variable (same architecture)."""
-  src, dst = source.weights, target.weights
-  if len(src) != len(dst):
-    raise ValueError(
-      f"copy_weights: {len(src)} source vs {len(dst)} target "
-      f"variables; the networks differ in architecture"
-    )
-  for s, d in zip(src, dst):
-    if tuple(s.shape) != tuple(d.shape):
-      raise ValueError(
-        f"copy_weights: {s.path} {list(s.shape)} vs {d.path} {list(d.shape)}"
-      )
-    d.assign(s)

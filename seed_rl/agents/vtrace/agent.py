@@ -69,6 +69,7 @@ class VtraceAgent(Agent):
       name="vtrace_network",
     )
     networks.build_network(self._network, observation_spec, action_spec)
+    self._step_counter = optimizers.learner_step_counter()
     self._optimizer = optimizers.make_optimizer(
       self.config.optimizer,
       optimizers.learning_rate_schedule(
@@ -84,8 +85,8 @@ class VtraceAgent(Agent):
       rmsprop_decay=self.config.rmsprop_decay,
       momentum=self.config.rmsprop_momentum,
       variables=self._network.trainable_variables,
+      clock=self._step_counter,
     )
-    self._step_counter = optimizers.learner_step_counter()
     self._shuffle_rng = np.random.default_rng(
       int(self._generator.uniform_full_int([], tf.int64)) % 2**32
     )
