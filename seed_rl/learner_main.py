@@ -146,7 +146,16 @@ def main(argv=None) -> int:
 
   learner_lib.configure_tf_threads(config)
   tf.random.set_seed(args.seed)
-  probe = env_module.create_environment(num_envs=1, seed=args.seed)
+  try:
+    probe = env_module.create_environment(num_envs=1, seed=args.seed)
+  except Exception as e:  # pylint: disable=broad-except
+    print(
+      f"error: cannot create the environment: {type(e).__name__}: {e}",
+      file=sys.stderr,
+    )
+    if os.environ.get("SEED_RL_DEBUG"):
+      raise
+    return 2
   observation_spec, action_spec = probe.observation_spec, probe.action_spec
   probe.close()
   num_train_envs = args.num_actors * args.envs_per_actor

@@ -28,7 +28,8 @@ from seed_rl import registry
 # seed_rl.actors.main exits with 2 when the learner refuses it (spec mismatch,
 # protocol error): restarting cannot help. Other failures (an environment that
 # crashed: 3) are retried.
-ACTOR_CONFIG_ERROR = 2
+ACTOR_REFUSED = 2  # the learner refused the actor (specs, protocol, token)
+ACTOR_ENV_CONFIG_ERROR = 4  # the environment could not be created
 MAX_ACTOR_RESTARTS_PER_MINUTE = 10
 
 DEFAULTS = {  # what `./run_local.sh` with no arguments runs
@@ -139,6 +140,10 @@ def main(argv=None) -> int:
   py = sys.executable
   gin_args = ["--gin_config", registry.gin_file(args.env, args.agent)]
   gin_args += _forwarded(extra, ("--gin_config", "--gin_bindings"))
+  problem = _check_environment(args.env, gin_args, args.seed)
+  if problem:
+    print(f"error: cannot create the environment: {problem}", file=sys.stderr)
+    return 2
   learner_cmd = [
     py,
     "-m",
@@ -240,7 +245,16 @@ def main(argv=None) -> int:
         rc = proc.poll()
         if rc in (None, 0) or not name.startswith("actor"):
           continue
-        if rc == ACTOR_CONFIG_ERROR:
+        if rc == ACTOR_ENV_CONFIG_ERROR:
+          print(
+            f"[launcher] {name} could not create its environment (the "
+            "message above says why); stopping without restarts",
+            file=sys.stderr,
+            flush=True,
+          )
+          stopping.append(rc)
+          break
+        if rc == ACTOR_REFUSED:
           print(
             f"[launcher] {name} was refused by the learner (exit {rc}); "
             "stopping",
@@ -278,7 +292,37 @@ def main(argv=None) -> int:
     code = learner.returncode if learner.returncode is not None else 1
     if stopping and stopping[0] in (signal.SIGINT, signal.SIGTERM):
       code = 0 if learner.returncode in (0, -signal.SIGTERM) else code
+    elif stopping:  # an actor's configuration was refused: not a success
+      code = 2
   return code
+
+
+def _check_environment(env: str, gin_args: List[str], seed: int) -> str:
+  """Creates one env as the actors will (same gin, TF-free) before anything
+  starts, so a configuration mistake is one message, not a restart loop.
+  Returns the problem, or '' if the environment builds."""
+  import gin  # pylint: disable=g-import-not-at-top
+
+  values: dict = {"--gin_config": [], "--gin_bindings": []}
+  i = 0
+  while i < len(gin_args):
+    key, eq, value = gin_args[i].partition("=")
+    if not eq and i + 1 < len(gin_args):
+      value, i = gin_args[i + 1], i + 1
+    values[key].append(value)
+    i += 1
+  configs, bindings = values["--gin_config"], values["--gin_bindings"]
+  try:
+    create = registry.env_module(env).create_environment
+    gin.parse_config_files_and_bindings(configs, bindings, skip_unknown=True)
+    create(num_envs=1, seed=seed).close()
+  except Exception as e:  # pylint: disable=broad-except
+    if os.environ.get("SEED_RL_DEBUG"):
+      raise
+    return f"{type(e).__name__}: {e}"
+  finally:
+    gin.clear_config()
+  return ""
 
 
 def _stop_all(procs) -> None:

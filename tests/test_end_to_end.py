@@ -315,3 +315,49 @@ def test_eval_actors_log_eval_returns(tmp_path):
   # That eval envs make no unrolls and no env steps is checked exactly in
   # test_learner_runtime.py; here: the whole path, flags to TensorBoard.
   assert "eval/return" in tags and "episode/return" in tags
+
+
+def test_typo_in_env_id_fails_once_with_close_matches(tmp_path):
+  start = time.monotonic()
+  out = _train(
+    [
+      "classic",
+      "vtrace",
+      "2",
+      "4",
+      "--logdir",
+      str(tmp_path / "run"),
+      "--gin_bindings",
+      "classic.create_environment.env_id='CartPol-v1'",
+    ],
+    timeout=60,
+  )
+  assert out.returncode != 0
+  assert time.monotonic() - start < 30
+  assert out.stderr.count("unknown gymnasium env id 'CartPol-v1'") == 1
+  assert "CartPole-v1" in out.stderr and "Traceback" not in out.stderr
+  assert "restart" not in out.stdout + out.stderr
+
+
+def test_actor_that_cannot_build_its_env_exits_with_a_config_error():
+  out = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "seed_rl.actors.main",
+      "--env",
+      "classic",
+      "--actor_id",
+      "0",
+      "--gin_bindings",
+      "classic.create_environment.env_id='CartPol-v1'",
+    ],
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
+  assert out.returncode == 4  # the launcher stops instead of restarting
+  assert "cannot create the environment" in out.stderr
+  assert "Traceback" not in out.stderr

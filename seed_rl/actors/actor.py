@@ -27,6 +27,12 @@ EnvFactory = Callable[[int, int], BatchedEnv]  # (num_envs, seed) -> env
 ClientFactory = Callable[..., Any]  # ActorClient's constructor signature
 
 
+class EnvConfigError(Exception):
+  """The environment could not be created: a configuration mistake (unknown
+  env id, bad kwargs, a factory that cannot be imported), not a crash.
+  Restarting the actor cannot fix it."""
+
+
 @dataclasses.dataclass
 class ActorSummary:
   """What one run_actor call did.
@@ -117,7 +123,10 @@ def run_actor(
   if max_steps is not None and max_steps < 0:
     raise ValueError(f"max_steps must be >= 0 or None, got {max_steps}")
   client_factory = client_factory or ActorClient
-  env = env_factory(num_envs, seed + actor_id * num_envs)
+  try:
+    env = env_factory(num_envs, seed + actor_id * num_envs)
+  except Exception as e:  # pylint: disable=broad-except
+    raise EnvConfigError(f"{type(e).__name__}: {e}") from e
   client = None
   try:
     if env.num_envs != num_envs:

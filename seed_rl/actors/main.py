@@ -19,15 +19,17 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import signal
 import sys
 import threading
+import traceback
 from typing import List, Optional
 
 import gin
 
 from seed_rl import registry
-from seed_rl.actors.actor import run_actor
+from seed_rl.actors.actor import EnvConfigError, run_actor
 from seed_rl.actors.subprocess_env import EnvWorkerError
 from seed_rl.grpc import security
 from seed_rl.grpc.client import ActorClient
@@ -39,6 +41,9 @@ from seed_rl.grpc.client import SpecMismatchError
 
 EXIT_PROTOCOL_ERROR = 2
 EXIT_ENV_ERROR = 3
+# The environment could not be created: the launcher stops the run instead
+# of restarting the actor. SEED_RL_DEBUG=1 prints the traceback too.
+EXIT_CONFIG_ERROR = 4
 
 
 class _Stopped(Exception):
@@ -173,6 +178,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.info("actor %d done: %s", args.actor_id, summary)
   except _Stopped as e:
     logging.info("actor %d stopped by %s; envs closed", args.actor_id, e)
+  except EnvConfigError as e:
+    print(
+      f"actor {args.actor_id}: cannot create the environment: {e}",
+      file=sys.stderr,
+    )
+    if os.environ.get("SEED_RL_DEBUG"):
+      traceback.print_exception(e.__cause__ or e)
+    return EXIT_CONFIG_ERROR
   except AuthenticationError as e:
     print(
       f"actor {args.actor_id}: the learner refused this actor's token: {e}",
