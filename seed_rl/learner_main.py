@@ -215,10 +215,19 @@ def main(argv=None) -> int:
     f" on port {port}; logdir {logdir}"
   )
   stop = threading.Event()
+
+  def on_signal(signum, _):
+    # Ctrl-C ends the run (actors exit 0); SIGTERM, what a cluster sends to
+    # reschedule the learner, lets actors wait for the restarted learner.
+    learner.finish_on_stop_event = signum == signal.SIGINT
+    stop.set()
+
   for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda *_: stop.set())
+    signal.signal(sig, on_signal)
   try:
     reason = learner.run(stop)
+    if learner.finished:
+      time.sleep(1.0)  # every stepping actor hears "finished" meanwhile
   finally:
     server.stop(0)
   gin_utils.write_operative_config(logdir)

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -361,3 +362,76 @@ def test_actor_that_cannot_build_its_env_exits_with_a_config_error():
   assert out.returncode == 4  # the launcher stops instead of restarting
   assert "cannot create the environment" in out.stderr
   assert "Traceback" not in out.stderr
+
+
+def test_actors_exit_0_when_the_learner_finishes(tmp_path):
+  """What lets a Kubernetes Job or Vertex AI job complete: the learner stops
+  at --max_seconds and its actors, told so, exit 0 within seconds."""
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+  gin_file = os.path.join(ROOT, "seed_rl", "classic", "gin", "vtrace.gin")
+  learner = subprocess.Popen(
+    [
+      sys.executable,
+      "-m",
+      "seed_rl.learner_main",
+      "--env",
+      "classic",
+      "--agent",
+      "vtrace",
+      "--num_actors",
+      "2",
+      "--envs_per_actor",
+      "4",
+      "--logdir",
+      str(tmp_path / "run"),
+      "--server_address",
+      f"localhost:{port}",
+      "--max_seconds",
+      "10",
+    ],
+    cwd=ROOT,
+    env=ENV,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
+  actors = [
+    subprocess.Popen(
+      [
+        sys.executable,
+        "-m",
+        "seed_rl.actors.main",
+        "--env",
+        "classic",
+        "--actor_id",
+        str(i),
+        "--num_envs",
+        "4",
+        "--server_address",
+        f"localhost:{port}",
+        "--gin_config",
+        gin_file,
+      ],
+      cwd=ROOT,
+      env=ENV,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i in range(2)
+  ]
+  try:
+    learner_out, _ = learner.communicate(timeout=180)
+    assert learner.returncode == 0, learner_out[-3000:]
+    done = time.monotonic()
+    for actor in actors:
+      out, _ = actor.communicate(timeout=30)
+      assert actor.returncode == 0, out[-3000:]
+      assert "the learner finished training" in out
+    assert time.monotonic() - done < 30
+  finally:
+    for p in [learner] + actors:
+      if p.poll() is None:
+        p.kill()

@@ -34,6 +34,7 @@ from seed_rl.actors.subprocess_env import EnvWorkerError
 from seed_rl.grpc import security
 from seed_rl.grpc.client import ActorClient
 from seed_rl.grpc.client import AuthenticationError
+from seed_rl.grpc.client import LearnerFinished
 from seed_rl.grpc.client import LearnerError
 from seed_rl.grpc.client import LearnerUnavailableError
 from seed_rl.grpc.client import ProtocolError
@@ -69,6 +70,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
   )
   parser.add_argument("--num_envs", type=int, default=1, help="K")
   parser.add_argument("--server_address", default="localhost:8686")
+  parser.add_argument(
+    "--connect_timeout_s",
+    type=float,
+    default=None,
+    help="give up (exit 2) if no learner answers for this long, at start or "
+    "after losing it; default: wait forever",
+  )
   parser.add_argument(
     "--tls_ca",
     default=None,
@@ -171,13 +179,21 @@ def main(argv: Optional[List[str]] = None) -> int:
       args.seed,
       max_steps=args.max_steps,
       stop_event=stop_event,
-      client_factory=functools.partial(ActorClient, security=client_security),
+      client_factory=functools.partial(
+        ActorClient,
+        security=client_security,
+        connect_timeout_s=args.connect_timeout_s,
+      ),
       log_interval_s=args.log_interval_s,
       stats_path=args.stats_file,
     )
     logging.info("actor %d done: %s", args.actor_id, summary)
   except _Stopped as e:
     logging.info("actor %d stopped by %s; envs closed", args.actor_id, e)
+  except LearnerFinished:
+    logging.info(
+      "actor %d: the learner finished training; exiting", args.actor_id
+    )
   except EnvConfigError as e:
     print(
       f"actor {args.actor_id}: cannot create the environment: {e}",

@@ -25,7 +25,7 @@ from seed_rl.common.batcher import BatcherStopped, DynamicBatcher
 from seed_rl.common.env_state import EnvStateTable
 from seed_rl.common.specs import ArraySpec, StepBatch
 from seed_rl.common.unroll_store import UnrollStore
-from seed_rl.grpc.errors import ServiceStopping
+from seed_rl.common.errors import ServiceStopping
 
 
 @gin.configurable
@@ -160,6 +160,9 @@ class Learner:
     self._infer_seconds = 0.0
     self._samples_trained = 0.0  # transitions trained on (with reuse)
     self.banner = ""  # appended to every progress line (e.g. a warning)
+    # Set when training is over for good (not a restart): actors then exit.
+    self.finished = False
+    self.finish_on_stop_event = True
     self.solved_at_s: Optional[float] = None  # seconds into run()
     # CPU seconds by role (time.thread_time of the thread doing the work).
     self.cpu_seconds = {"inference": 0.0, "act": 0.0, "training": 0.0}
@@ -183,6 +186,8 @@ class Learner:
     try:
       return self._batcher(batch)
     except BatcherStopped:
+      if self.finished:
+        raise ServiceStopping("training is over", finished=True) from None
       raise ServiceStopping("the learner is shutting down") from None
 
   def on_disconnect(self, first_env_id: int, num_envs: int) -> None:
@@ -360,8 +365,10 @@ class Learner:
         reason = f"training failed: {self._train_error!r}"
       elif stopped or self._stop.is_set():
         reason = "stopped"
+        self.finished = self.finish_on_stop_event
       else:
         reason = self._stop_reason(now)
+        self.finished = reason is not None
     self._report(time.monotonic())
     self.shutdown(trainer)
     if self._train_error is not None:

@@ -23,6 +23,7 @@ from seed_rl.grpc import seed_rl_pb2
 from seed_rl.grpc import seed_rl_pb2_grpc
 from seed_rl.grpc.errors import (
   AuthenticationError,
+  LearnerFinished,
   LearnerError,
   LearnerUnavailableError,
   ProtocolError,
@@ -34,6 +35,7 @@ from seed_rl.grpc.security import ClientSecurity
 __all__ = [
   "ActorClient",
   "AuthenticationError",
+  "LearnerFinished",
   "LearnerError",
   "LearnerUnavailableError",
   "ProtocolError",
@@ -358,6 +360,9 @@ class ActorClient:
       except grpc.RpcError as e:
         if self._closed:
           raise RuntimeError("ActorClient: closed during step()") from None
+        if _reason(e) == protocol.REASON_LEARNER_FINISHED:
+          self._drop_stream()
+          raise LearnerFinished(e.details()) from None
         if not _learner_went_away(e):
           self._drop_stream()
           raise _error_from_rpc(e, "Step") from None

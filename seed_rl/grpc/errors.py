@@ -6,6 +6,8 @@ from typing import Optional
 
 import grpc
 
+from seed_rl.common.errors import ServiceStopping  # noqa: F401 (re-exported)
+
 
 class ProtocolError(Exception):
   """The learner refused a request (INVALID_ARGUMENT / FAILED_PRECONDITION).
@@ -26,6 +28,10 @@ class SessionSupersededError(ProtocolError):
   """A newer Hello for the same actor id took over this actor's environments."""
 
 
+class LearnerFinished(Exception):
+  """The learner finished training (not a failure): the actor should exit."""
+
+
 class AuthenticationError(ProtocolError):
   """The learner refused this actor's token (UNAUTHENTICATED)."""
 
@@ -40,11 +46,3 @@ class LearnerError(RuntimeError):
   def __init__(self, message: str, code: Optional[grpc.StatusCode] = None):
     super().__init__(message)
     self.code = code
-
-
-class ServiceStopping(RuntimeError):
-  """Raised by a handler whose learner is shutting down.
-
-  The server answers UNAVAILABLE (no traceback logged): actors treat it like a
-  learner restart and reconnect with backoff.
-  """

@@ -19,6 +19,8 @@ REASON_METADATA_KEY = "seed-reason"
 REASON_SPEC_MISMATCH = "spec-mismatch"
 REASON_SUPERSEDED = "superseded"
 REASON_LEARNER_RESTARTED = "learner-restarted"
+# The learner finished training: actors exit 0 instead of reconnecting.
+REASON_LEARNER_FINISHED = "learner-finished"
 
 # An Atari batch of 64 envs x 84x84 frames is ~450 KiB; 64 MiB leaves room for
 # large actors or big observations without reaching gRPC's 4 MiB default cap.

@@ -151,7 +151,11 @@ class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
     except ValueError as e:
       raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
     except errors.ServiceStopping as e:
-      raise Rejection(grpc.StatusCode.UNAVAILABLE, str(e)) from None
+      raise Rejection(
+        grpc.StatusCode.UNAVAILABLE,
+        str(e),
+        protocol.REASON_LEARNER_FINISHED if e.finished else None,
+      ) from None
     except Exception as e:  # pylint: disable=broad-except
       logging.exception("Step stream of %s failed", session.describe())
       raise Rejection(
