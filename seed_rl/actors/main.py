@@ -47,7 +47,7 @@ EXIT_ENV_ERROR = 3
 EXIT_CONFIG_ERROR = 4
 
 
-class _Stopped(Exception):
+class _Stopped(BaseException):
   """Raised in the main thread by the SIGTERM/SIGINT handler."""
 
 
