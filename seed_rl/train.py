@@ -28,8 +28,10 @@ from seed_rl import registry
 # seed_rl.actors.main exits with 2 when the learner refuses it (spec mismatch,
 # protocol error): restarting cannot help. Other failures (an environment that
 # crashed: 3) are retried.
-ACTOR_REFUSED = 2  # the learner refused the actor (specs, protocol, token)
+# Actor exit codes that stop the run (every other failure is restarted
+# within the restart budget, e.g. a refused message or a lost learner).
 ACTOR_ENV_CONFIG_ERROR = 4  # the environment could not be created
+ACTOR_FATAL = 5  # specs differ from the learner's, or token/TLS refused
 MAX_ACTOR_RESTARTS_PER_MINUTE = 10
 
 DEFAULTS = {  # what `./run_local.sh` with no arguments runs
@@ -254,7 +256,7 @@ def main(argv=None) -> int:
           )
           stopping.append(rc)
           break
-        if rc == ACTOR_REFUSED:
+        if rc == ACTOR_FATAL:
           print(
             f"[launcher] {name} was refused by the learner (exit {rc}); "
             "stopping",

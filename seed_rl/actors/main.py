@@ -40,11 +40,16 @@ from seed_rl.grpc.client import LearnerUnavailableError
 from seed_rl.grpc.client import ProtocolError
 from seed_rl.grpc.client import SpecMismatchError
 
+# The learner refused one request (a bad message, a timeout): the launcher
+# restarts the actor within its restart budget.
 EXIT_PROTOCOL_ERROR = 2
 EXIT_ENV_ERROR = 3
 # The environment could not be created: the launcher stops the run instead
 # of restarting the actor. SEED_RL_DEBUG=1 prints the traceback too.
 EXIT_CONFIG_ERROR = 4
+# This actor can never be served (its specs differ from the learner's, its
+# token or TLS settings are refused): the launcher stops the run.
+EXIT_FATAL = 5
 
 
 class _Stopped(BaseException):
@@ -147,7 +152,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
   except ValueError as e:
     print(f"actor {args.actor_id}: {e}", file=sys.stderr)
-    return EXIT_PROTOCOL_ERROR
+    return EXIT_FATAL
   # The domain's module registers its gin configurables before parsing;
   # the registry is the learner's, so a domain added there works here too.
   create_environment = registry.env_module(args.env).create_environment
@@ -207,13 +212,13 @@ def main(argv: Optional[List[str]] = None) -> int:
       f"actor {args.actor_id}: the learner refused this actor's token: {e}",
       file=sys.stderr,
     )
-    return EXIT_PROTOCOL_ERROR
+    return EXIT_FATAL
   except SpecMismatchError as e:
     print(
       f"actor {args.actor_id}: the learner rejected this actor's specs: {e}",
       file=sys.stderr,
     )
-    return EXIT_PROTOCOL_ERROR
+    return EXIT_FATAL
   except ProtocolError as e:
     print(
       f"actor {args.actor_id}: protocol error from the learner: {e}",

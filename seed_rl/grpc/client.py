@@ -48,9 +48,12 @@ _INITIAL_BACKOFF_S = 0.05
 # not answer in this long is treated as not up yet.
 _HELLO_ATTEMPT_TIMEOUT_S = 10.0
 _LOG_INTERVAL_S = 5.0
+# ALREADY_EXISTS: this actor id's previous stream is still open (a restart
+# faster than the learner noticed the old connection die); it will be freed.
 _RETRIABLE_HELLO_CODES = (
   grpc.StatusCode.UNAVAILABLE,
   grpc.StatusCode.DEADLINE_EXCEEDED,
+  grpc.StatusCode.ALREADY_EXISTS,
 )
 
 

@@ -43,6 +43,10 @@ def server_options() -> Options:
     # them; fail the second bind instead.
     ("grpc.so_reuseport", 0),
     ("grpc.keepalive_permit_without_calls", 1),
+    # The server pings too, so a stream whose actor host vanished (no FIN,
+    # no RST) ends within keepalive time + timeout and frees its actor id.
+    ("grpc.keepalive_time_ms", _KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
     (
       "grpc.http2.min_recv_ping_interval_without_data_ms",
       _KEEPALIVE_TIME_MS // 2,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import time
 import uuid
 from typing import Dict, Optional
 
@@ -50,6 +51,7 @@ class Session:
   num_envs: int
   superseded: bool = False
   streaming: bool = False
+  created: float = dataclasses.field(default_factory=time.monotonic)
   # Wire bytes of int32 env ids in the order actors normally send them, so the
   # usual case is checked with one bytes comparison.
   env_ids_bytes: bytes = dataclasses.field(init=False, repr=False)
@@ -69,6 +71,10 @@ class Session:
     )
 
 
+# A Hello whose Step stream never opened holds its env range this long.
+HELLO_TTL_S = 30.0
+
+
 class SessionRegistry:
   """Thread-safe table of live sessions, keyed by actor id."""
 
@@ -82,11 +88,21 @@ class SessionRegistry:
     self._by_actor: Dict[int, Session] = {}
 
   def open(self, actor_id: int, num_envs: int) -> Session:
-    """Registers an actor after Hello; supersedes its previous session.
+    """Registers an actor after Hello.
+
+    A Hello for an actor id whose Step stream is alive is refused
+    (ALREADY_EXISTS): nobody can take over a live actor's environments. A
+    previous session of that id without a stream (a Hello whose stream never
+    opened) is superseded; other actors' stream-less sessions older than
+    HELLO_TTL_S no longer hold their env ranges. A dead actor's stream is
+    released when its connection closes, or by gRPC keepalive within about
+    a minute when its host vanished, and its restarted process (which
+    retries Hello on ALREADY_EXISTS) gets its ids back.
 
     Raises:
       Rejection: bad actor id / env count, a range outside the learner's
-        environments, or one that overlaps another live actor's range.
+        environments, one that overlaps another live actor's range, or a
+        live stream for this actor id.
     """
     if actor_id < 0:
       raise Rejection(
@@ -106,6 +122,22 @@ class SessionRegistry:
         f"start the learner with more environments or lower --actor_id",
       )
     with self._lock:
+      now = time.monotonic()
+      for stale in [
+        s
+        for s in self._by_actor.values()
+        if not s.streaming and now - s.created > HELLO_TTL_S
+      ]:
+        del self._by_actor[stale.actor_id]
+      live = self._by_actor.get(actor_id)
+      if live is not None and live.streaming:
+        raise Rejection(
+          grpc.StatusCode.ALREADY_EXISTS,
+          f"actor {actor_id} already has a live Step stream "
+          f"({live.describe()}); two actors with the same --actor_id, or a "
+          "restarted actor whose old connection is not closed yet (retry: "
+          "it is released when the connection closes or keepalive fails)",
+        )
       for other in self._by_actor.values():
         if (
           other.actor_id != actor_id
