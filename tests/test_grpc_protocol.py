@@ -24,7 +24,6 @@ from seed_rl.grpc.client import (
   LearnerError,
   LearnerUnavailableError,
   ProtocolError,
-  SessionSupersededError,
   SpecMismatchError,
 )
 from seed_rl.grpc.server import LearnerServer
