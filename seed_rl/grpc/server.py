@@ -13,6 +13,7 @@ from concurrent import futures
 from typing import Optional, Protocol
 
 import grpc
+from google.protobuf.message import DecodeError
 import numpy as np
 
 from seed_rl.common.specs import ArraySpec, StepBatch
@@ -20,7 +21,6 @@ from seed_rl.grpc import codec
 from seed_rl.grpc import errors
 from seed_rl.grpc import protocol
 from seed_rl.grpc import seed_rl_pb2
-from seed_rl.grpc import seed_rl_pb2_grpc
 from seed_rl.grpc import validation
 from seed_rl.grpc.security import ServerSecurity
 from seed_rl.grpc.sessions import Rejection, Session, SessionRegistry
@@ -41,7 +41,39 @@ def _abort(context: grpc.ServicerContext, rejection: Rejection) -> None:
   context.abort(rejection.code, rejection.message)
 
 
-class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
+def _parse(message_class, request):
+  """Requests arrive as raw bytes (see _handlers): bytes that are not a
+  message of this type are refused with INVALID_ARGUMENT like any other bad
+  field, instead of gRPC's generic INTERNAL deserialization error."""
+  if not isinstance(request, (bytes, bytearray)):
+    return request
+  try:
+    return message_class.FromString(bytes(request))
+  except DecodeError as e:
+    raise Rejection(
+      grpc.StatusCode.INVALID_ARGUMENT,
+      f"request: not a valid {message_class.DESCRIPTOR.name} ({e})",
+    ) from None
+
+
+def _handlers(servicer) -> grpc.GenericRpcHandler:
+  """The SeedRL service with raw-bytes requests, parsed by the servicer."""
+  return grpc.method_handlers_generic_handler(
+    "seed_rl.SeedRL",
+    {
+      "Hello": grpc.unary_unary_rpc_method_handler(
+        servicer.Hello,
+        response_serializer=seed_rl_pb2.HelloResponse.SerializeToString,
+      ),
+      "Step": grpc.stream_stream_rpc_method_handler(
+        servicer.Step,
+        response_serializer=seed_rl_pb2.StepResponse.SerializeToString,
+      ),
+    },
+  )
+
+
+class _Servicer:
   """Implements the SeedRL service on top of a SessionRegistry and a handler."""
 
   def __init__(
@@ -93,6 +125,7 @@ class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
 
   def Hello(self, request, context):
     try:
+      request = _parse(seed_rl_pb2.HelloRequest, request)
       self._check_hello(request)
       session = self._registry.open(request.actor_id, request.num_envs)
     except Rejection as rejection:
@@ -126,6 +159,7 @@ class _Servicer(seed_rl_pb2_grpc.SeedRLServicer):
     return response
 
   def _serve_one(self, request, session: Session) -> seed_rl_pb2.StepResponse:
+    request = _parse(seed_rl_pb2.StepRequest, request)
     """Returns the response to one request; Rejection ends the stream."""
     if session.superseded:
       raise Rejection(
@@ -267,7 +301,7 @@ class LearnerServer:
       maximum_concurrent_rpcs=self._max_workers,
       interceptors=self._security.interceptors(),
     )
-    seed_rl_pb2_grpc.add_SeedRLServicer_to_server(self._servicer, server)
+    server.add_generic_rpc_handlers((_handlers(self._servicer),))
     credentials = self._security.credentials()
     try:
       if credentials is None:
