@@ -100,6 +100,12 @@ def build_parser(flags_only: bool = False) -> argparse.ArgumentParser:
     )
   p.add_argument("--num_eval_actors", type=int, default=0)
   p.add_argument(
+    "--env_step_timeout_s",
+    type=float,
+    default=None,
+    help="an actor whose env step runs longer exits and is restarted",
+  )
+  p.add_argument(
     "--tensorboard",
     action="store_true",
     help="also start TensorBoard on --tensorboard_port",
@@ -197,6 +203,11 @@ def main(argv=None) -> int:
         "--seed",
         str(args.seed),
       ]
+      + (
+        ["--env_step_timeout_s", str(args.env_step_timeout_s)]
+        if args.env_step_timeout_s
+        else []
+      )
       + gin_args
       + (
         [

@@ -435,3 +435,40 @@ def test_actors_exit_0_when_the_learner_finishes(tmp_path):
     for p in [learner] + actors:
       if p.poll() is None:
         p.kill()
+
+
+def test_hanging_environment_is_reported_and_its_actor_restarted(tmp_path):
+  marker = tmp_path / "hung"
+  env = dict(
+    ENV,
+    SEED_RL_TEST_HANG_MARKER=str(marker),
+    PYTHONPATH=ROOT + os.pathsep + ENV.get("PYTHONPATH", ""),
+  )
+  out = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "seed_rl.train",
+      "classic",
+      "vtrace",
+      "2",
+      "4",
+      "--logdir",
+      str(tmp_path / "run"),
+      "--max_learner_steps",
+      "150",
+      "--gin_bindings",
+      "classic.create_environment.env_id = 'tests.crashing_env:make_hanging'",
+      "--env_step_timeout_s",
+      "3",
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=240,
+  )
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+  assert marker.exists()  # the hang happened
+  assert "an environment step has not returned after 3 s" in out.stderr
+  assert re.search(r"restarted actor \d \(pid \d+\)", out.stdout)

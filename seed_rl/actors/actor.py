@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from seed_rl.actors.watchdog import StepWatchdog
 from seed_rl.actors.batched_env import BatchedEnv
 from seed_rl.actors.batched_env import EpisodeTracker
 from seed_rl.common.specs import ArraySpec
@@ -89,8 +90,12 @@ def run_actor(
   client_factory: Optional[ClientFactory] = None,
   log_interval_s: float = 30.0,
   stats_path: Optional[str] = None,
+  env_step_timeout_s: Optional[float] = None,
 ) -> ActorSummary:
   """Runs one actor until `max_steps`, `stop_event` or an error.
+
+  `env_step_timeout_s`: an env step that runs longer ends the process (see
+  watchdog.py); None waits forever.
 
   Args:
     server_address: learner 'host:port'.
@@ -137,9 +142,20 @@ def run_actor(
       server_address, actor_id, num_envs, env.observation_spec, env.action_spec
     )
     client.connect()
-    return _loop(
-      env, client, actor_id, max_steps, stop_event, log_interval_s, stats_path
-    )
+    watchdog = StepWatchdog(env_step_timeout_s, f"actor {actor_id}")
+    try:
+      return _loop(
+        env,
+        client,
+        actor_id,
+        max_steps,
+        stop_event,
+        log_interval_s,
+        stats_path,
+        watchdog,
+      )
+    finally:
+      watchdog.close()
   finally:
     try:
       if client is not None:
@@ -156,6 +172,7 @@ def _loop(
   stop_event: Optional[threading.Event],
   log_interval_s: float,
   stats_path: Optional[str],
+  watchdog: StepWatchdog,
 ) -> ActorSummary:
   k = env.num_envs
   first_env_id = int(client.first_env_id)
@@ -208,7 +225,8 @@ def _loop(
     actions = client.step(batch)
     t1 = time.perf_counter()
     check_actions(actions, env.action_spec, k)
-    result = env.step(actions)
+    with watchdog.step():
+      result = env.step(actions)
     learner_s += t1 - t0
     env_s += time.perf_counter() - t1
     steps += 1

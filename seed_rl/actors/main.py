@@ -76,6 +76,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
   parser.add_argument("--num_envs", type=int, default=1, help="K")
   parser.add_argument("--server_address", default="localhost:8686")
   parser.add_argument(
+    "--env_step_timeout_s",
+    type=float,
+    default=None,
+    help="exit (code 3, the launcher restarts the actor) when one batched "
+    "env step runs longer than this; default: no limit",
+  )
+  parser.add_argument(
     "--connect_timeout_s",
     type=float,
     default=None,
@@ -191,6 +198,7 @@ def main(argv: Optional[List[str]] = None) -> int:
       ),
       log_interval_s=args.log_interval_s,
       stats_path=args.stats_file,
+      env_step_timeout_s=args.env_step_timeout_s,
     )
     logging.info("actor %d done: %s", args.actor_id, summary)
   except _Stopped as e:
