@@ -819,3 +819,30 @@ def test_more_actors_than_workers_fail_fast():
 def test_client_checks_batch_size(good_client):
   with pytest.raises(ValueError, match="batch: 3 envs, expected 4"):
     good_client.step(make_batch(0, np.random.default_rng(12), num_envs=3))
+
+
+def test_silent_actor_is_logged(caplog):
+  import logging
+
+  server = LearnerServer(
+    "localhost:0", OBS, ACT, TOTAL, ArgmaxHandler(), silent_timeout_s=0.3
+  )
+  server.start()
+  rng = np.random.default_rng(3)
+  client = ActorClient(
+    f"localhost:{server.port}", 1, K, OBS, ACT, connect_timeout_s=5
+  )
+  try:
+    with caplog.at_level(logging.WARNING):
+      client.step(make_batch(4, rng))
+      deadline = time.monotonic() + 10
+      while "has sent nothing" not in caplog.text:
+        assert time.monotonic() < deadline, "silence never reported"
+        time.sleep(0.05)
+    assert "actor 1 owning 4..7 has sent nothing for more than 0 s" in (
+      caplog.text
+    )
+    client.step(make_batch(4, rng))  # it speaks again: still served
+  finally:
+    client.close()
+    server.stop(0)

@@ -9,6 +9,8 @@ stream it arrived on.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from concurrent import futures
 from typing import Optional, Protocol
 
@@ -88,6 +90,7 @@ class _Servicer:
     self._observation_spec = observation_spec
     self._action_spec = action_spec
     self._registry = registry
+    self.registry = registry
     self._handler = handler
     self._on_disconnect = getattr(handler, "on_disconnect", None)
     self._hello_specs = (
@@ -159,6 +162,7 @@ class _Servicer:
     return response
 
   def _serve_one(self, request, session: Session) -> seed_rl_pb2.StepResponse:
+    session.last_seen = time.monotonic()
     request = _parse(seed_rl_pb2.StepRequest, request)
     """Returns the response to one request; Rejection ends the stream."""
     if session.superseded:
@@ -243,6 +247,7 @@ class LearnerServer:
     max_workers: int = 64,
     security: Optional[ServerSecurity] = None,
     limits: Optional[validation.ValueLimits] = None,
+    silent_timeout_s: Optional[float] = 60.0,
   ):
     """Creates the server (call start() to serve).
 
@@ -260,6 +265,8 @@ class LearnerServer:
         None serves plaintext without a token (loopback use).
       limits: largest rewards / float observations accepted (default
         validation.ValueLimits()).
+      silent_timeout_s: log an actor whose open stream sent nothing for
+        this long (a hung environment or host); None disables.
     """
     if num_envs < 1:
       raise ValueError(f"num_envs: {num_envs}, expected >= 1")
@@ -273,6 +280,8 @@ class LearnerServer:
         f"handler: {type(handler).__name__} has no step(batch) method"
       )
     self._address = address
+    self._silent_timeout_s = silent_timeout_s
+    self._stopped = threading.Event()
     self._max_workers = max_workers
     self._security = security or ServerSecurity()
     self._servicer = _Servicer(
@@ -316,13 +325,30 @@ class LearnerServer:
       raise OSError(f"cannot bind learner server to {self._address!r}")
     server.start()
     self._server, self._port = server, port
+    if self._silent_timeout_s:
+      threading.Thread(
+        target=self._watch_silent, daemon=True, name="silent-actors"
+      ).start()
     logging.info(
       "Learner server listening on %s (port %d)", self._address, port
     )
     return port
 
+  def _watch_silent(self) -> None:
+    timeout = self._silent_timeout_s
+    assert timeout is not None
+    while not self._stopped.wait(min(5.0, timeout / 2)):
+      for session in self._servicer.registry.silent(timeout):
+        logging.warning(
+          "%s has sent nothing for more than %.0f s on its open stream "
+          "(a hung environment, or its host is gone)",
+          session.describe(),
+          timeout,
+        )
+
   def stop(self, grace: Optional[float] = None) -> None:
     """Stops serving; open streams are cancelled after `grace` seconds."""
+    self._stopped.set()
     if self._server is not None:
       self._server.stop(grace).wait()
 

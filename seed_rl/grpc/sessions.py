@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 import uuid
-from typing import Dict, Optional
+from typing import List, Dict, Optional
 
 import grpc
 import numpy as np
@@ -52,6 +52,10 @@ class Session:
   superseded: bool = False
   streaming: bool = False
   created: float = dataclasses.field(default_factory=time.monotonic)
+  # Last message on the stream (written by the stream thread; read by the
+  # silent-actor watch, where a stale read only delays a log line).
+  last_seen: float = dataclasses.field(default_factory=time.monotonic)
+  reported_silent: bool = False
   # Wire bytes of int32 env ids in the order actors normally send them, so the
   # usual case is checked with one bytes comparison.
   env_ids_bytes: bytes = dataclasses.field(init=False, repr=False)
@@ -213,6 +217,19 @@ class SessionRegistry:
         del self._by_actor[session.actor_id]
         return True
       return False
+
+  def silent(self, timeout_s: float) -> List[Session]:
+    """Streaming sessions that sent nothing for `timeout_s`, reported once
+    per silence (a session that speaks again can be reported again)."""
+    now = time.monotonic()
+    out = []
+    with self._lock:
+      for session in self._by_actor.values():
+        quiet = now - session.last_seen > timeout_s
+        if session.streaming and quiet and not session.reported_silent:
+          out.append(session)
+        session.reported_silent = session.streaming and quiet
+    return out
 
   def owner_of(self, env_id: int) -> Optional[Session]:
     """The live session owning `env_id`, if any (error path only: O(actors))."""
