@@ -1,12 +1,15 @@
 """Learning benchmark: one training run through the real launcher.
 
     python benchmarks/learn.py ENV AGENT [--target R] [--max_minutes M]
-        [--seed S] [--num_actors N] [--envs_per_actor K] [gin bindings...]
+        [--seed S | --seeds 0,1,2] [--num_actors N] [--envs_per_actor K]
+        [gin bindings...]
 
 Starts `python -m seed_rl.train` (learner + actor processes) in a fresh
 logdir, stops at the target (mean return of the last 100 episodes) or the
 time limit, and prints one JSON line: env, agent, seed, solved, wall_s (from
 launch until solved, else until the end), env_steps, final_return.
+With --seeds, the seeds run one after another (one line each), then a
+summary line: how many solved, median/min/max of wall_s and final_return.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ def main(argv=None) -> int:
   p.add_argument("--target", type=float, default=None)
   p.add_argument("--max_minutes", type=float, default=10.0)
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument(
+    "--seeds",
+    default=None,
+    help="comma-separated seeds run one after another (e.g. 0,1,2): one "
+    "JSON line each, then a summary line",
+  )
   p.add_argument("--num_actors", type=int, default=None)
   p.add_argument("--envs_per_actor", type=int, default=None)
   p.add_argument("--max_env_steps", type=int, default=None)
@@ -55,6 +64,37 @@ def main(argv=None) -> int:
   )
   # Bindings may come after the flags (as in the README's examples).
   args = p.parse_intermixed_args(argv)
+  if args.seeds:
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    if args.logdir and len(seeds) > 1:
+      p.error("--logdir names one run; leave it out with --seeds")
+    results = [_run(args, seed) for seed in seeds]
+    print(json.dumps(_summary(results)), flush=True)
+    return 0 if all(r["exit_code"] == 0 for r in results) else 1
+  return 0 if _run(args, args.seed)["exit_code"] == 0 else 1
+
+
+def _summary(results):
+  walls = sorted(r["wall_s"] for r in results)
+  finals = sorted(
+    r["final_return"] for r in results if r["final_return"] is not None
+  )
+  pick = lambda xs: (
+    {"median": xs[len(xs) // 2], "min": xs[0], "max": xs[-1]} if xs else None
+  )
+  return {
+    "summary": True,
+    "env": results[0]["env"],
+    "agent": results[0]["agent"],
+    "seeds": [r["seed"] for r in results],
+    "solved": sum(r["solved"] for r in results),
+    "wall_s": pick(walls),
+    "final_return": pick(finals),
+  }
+
+
+def _run(args, seed: int) -> dict:
+  args.seed = seed
   target = args.target
   if target is None:
     target = DEFAULT_TARGETS.get((args.env, args.agent))
@@ -119,7 +159,7 @@ def main(argv=None) -> int:
     "bindings": args.bindings,
   }
   print(json.dumps(out), flush=True)
-  return 0 if code == 0 else 1
+  return out
 
 
 if __name__ == "__main__":
