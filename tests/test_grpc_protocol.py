@@ -846,3 +846,35 @@ def test_silent_actor_is_logged(caplog):
   finally:
     client.close()
     server.stop(0)
+
+
+def test_batch_resent_after_a_reconnect_is_not_stored_twice(stub, handler):
+  """A client that lost its stream resends the batch it was sending; if the
+  learner had already served it, it answers from its cache (exactly once)."""
+  rng = np.random.default_rng(11)
+  request = codec.encode_step_batch(make_batch(20, rng))  # actor 5: 20..23
+  request.sequence = 12345
+  session = stub.Hello(hello_request(5), timeout=5).session_id
+  first = send_one(stub, request, session)
+  served = len(handler.batches)
+  deadline = time.monotonic() + 5
+  while True:  # the first stream is released asynchronously
+    try:
+      session = stub.Hello(hello_request(5), timeout=5).session_id
+      break
+    except grpc.RpcError as e:
+      assert e.code() == grpc.StatusCode.ALREADY_EXISTS
+      assert time.monotonic() < deadline
+      time.sleep(0.01)
+  again = send_one(stub, request, session)
+  assert again.action.data == first.action.data
+  assert len(handler.batches) == served  # not passed to the learner again
+  request.sequence = 12346  # the next batch is new
+  while True:
+    try:
+      session = stub.Hello(hello_request(5), timeout=5).session_id
+      break
+    except grpc.RpcError:
+      time.sleep(0.01)
+  send_one(stub, request, session)
+  assert len(handler.batches) == served + 1

@@ -9,6 +9,7 @@ same batch, so an actor survives learner restarts without losing its place.
 from __future__ import annotations
 
 import logging
+import random
 import queue
 import time
 from typing import Any, Optional
@@ -190,6 +191,9 @@ class ActorClient:
       action_spec=codec.encode_spec(action_spec),
     )
     self._security = security or ClientSecurity()
+    # A random start per client: a restarted actor's numbers never match
+    # what the learner remembers of its previous process.
+    self._sequence = random.SystemRandom().getrandbits(62) + 1
     self._auth = tuple(self._security.metadata() or ())
     self._channel = self._security.channel(
       address, protocol.channel_options(max_backoff_s)
@@ -346,6 +350,9 @@ class ActorClient:
         f" (this actor's num_envs)"
       )
     request = codec.encode_step_batch(batch)
+    # One number per batch, kept across the resends of a reconnect.
+    self._sequence += 1
+    request.sequence = self._sequence
     if self._responses is None:
       self.connect()
     failures = 0

@@ -162,9 +162,9 @@ class _Servicer:
     return response
 
   def _serve_one(self, request, session: Session) -> seed_rl_pb2.StepResponse:
+    """Returns the response to one request; Rejection ends the stream."""
     session.last_seen = time.monotonic()
     request = _parse(seed_rl_pb2.StepRequest, request)
-    """Returns the response to one request; Rejection ends the stream."""
     if session.superseded:
       raise Rejection(
         grpc.StatusCode.ABORTED,
@@ -174,6 +174,11 @@ class _Servicer:
         f"this stream is closed",
         protocol.REASON_SUPERSEDED,
       )
+    # Exactly once: a batch resent after a reconnect was already stored and
+    # acted on; answer it again without passing it to the learner.
+    cached = self._registry.replay(session.actor_id, request.sequence)
+    if cached is not None:
+      return cached
     try:
       batch = validation.check_step_request(
         request,
@@ -183,9 +188,11 @@ class _Servicer:
         self._registry.owner_of,
         self._limits,
       )
-      return self._actions_to_response(
+      response = self._actions_to_response(
         self._handler.step(batch), session.num_envs
       )
+      self._registry.served(session.actor_id, request.sequence, response)
+      return response
     except ValueError as e:
       raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
     except errors.ServiceStopping as e:

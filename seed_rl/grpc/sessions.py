@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 import uuid
-from typing import List, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import grpc
 import numpy as np
@@ -90,6 +90,9 @@ class SessionRegistry:
     self._counter = itertools.count()
     self._lock = threading.Lock()
     self._by_actor: Dict[int, Session] = {}
+    # actor id -> (sequence, response) of its last served batch: survives a
+    # reconnect, so a resent batch is answered again, not stored twice.
+    self._last_served: Dict[int, Tuple[int, Any]] = {}
 
   def open(self, actor_id: int, num_envs: int) -> Session:
     """Registers an actor after Hello.
@@ -217,6 +220,19 @@ class SessionRegistry:
         del self._by_actor[session.actor_id]
         return True
       return False
+
+  def replay(self, actor_id: int, sequence: int) -> Optional[Any]:
+    """The response already given to this actor's batch `sequence`, if any."""
+    if not sequence:
+      return None
+    with self._lock:
+      last = self._last_served.get(actor_id)
+    return last[1] if last is not None and last[0] == sequence else None
+
+  def served(self, actor_id: int, sequence: int, response: Any) -> None:
+    if sequence:
+      with self._lock:
+        self._last_served[actor_id] = (sequence, response)
 
   def silent(self, timeout_s: float) -> List[Session]:
     """Streaming sessions that sent nothing for `timeout_s`, reported once
