@@ -206,6 +206,10 @@ def main(argv=None) -> int:
     learner,
     security=server_security,
     limits=ValueLimits(config.max_abs_reward, config.max_abs_observation),
+    # One Step stream per actor holds a worker for its lifetime; twice the
+    # actors leaves room for restarts overlapping their old stream and
+    # Hellos (was a fixed 64: a 64th actor was refused).
+    max_workers=2 * (args.num_actors + args.num_eval_actors) + 16,
   )
   port = server.start()
   metrics.log(
