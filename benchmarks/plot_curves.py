@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     ax.set_ylabel("episode return (training episodes)")
     ax.set_title(args.title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   fig.savefig(args.out)
