@@ -152,13 +152,13 @@ def test_bad_gin_binding_is_refused_with_what_is_bindable(tmp_path):
   assert "VtraceConfig" in out.stderr
 
 
-def test_crashing_environment_costs_only_its_actor(tmp_path):
-  """An env raises in one actor: the launcher restarts that actor, the learner
-  keeps serving the other one and the run finishes normally."""
-  marker = tmp_path / "crashed"
+def _train_with_faulty_env(tmp_path, marker_var, factory, *flags):
+  """CartPole V-trace for 150 learner steps with a faulty env factory from
+  tests/crashing_env.py that misbehaves once (a marker file records it)."""
+  marker = tmp_path / "fault"
   env = dict(
     ENV,
-    SEED_RL_TEST_CRASH_MARKER=str(marker),
+    **{marker_var: str(marker)},
     PYTHONPATH=ROOT + os.pathsep + ENV.get("PYTHONPATH", ""),
   )
   out = subprocess.run(
@@ -175,13 +175,23 @@ def test_crashing_environment_costs_only_its_actor(tmp_path):
       "--max_learner_steps",
       "150",
       "--gin_bindings",
-      "classic.create_environment.env_id = 'tests.crashing_env:make'",
+      f"classic.create_environment.env_id = 'tests.crashing_env:{factory}'",
+      *flags,
     ],
     cwd=ROOT,
     env=env,
     capture_output=True,
     text=True,
     timeout=240,
+  )
+  return out, marker
+
+
+def test_crashing_environment_costs_only_its_actor(tmp_path):
+  """An env raises in one actor: the launcher restarts that actor, the learner
+  keeps serving the other one and the run finishes normally."""
+  out, marker = _train_with_faulty_env(
+    tmp_path, "SEED_RL_TEST_CRASH_MARKER", "make"
   )
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
   assert marker.exists()  # the crash happened
@@ -438,35 +448,12 @@ def test_actors_exit_0_when_the_learner_finishes(tmp_path):
 
 
 def test_hanging_environment_is_reported_and_its_actor_restarted(tmp_path):
-  marker = tmp_path / "hung"
-  env = dict(
-    ENV,
-    SEED_RL_TEST_HANG_MARKER=str(marker),
-    PYTHONPATH=ROOT + os.pathsep + ENV.get("PYTHONPATH", ""),
-  )
-  out = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "seed_rl.train",
-      "classic",
-      "vtrace",
-      "2",
-      "4",
-      "--logdir",
-      str(tmp_path / "run"),
-      "--max_learner_steps",
-      "150",
-      "--gin_bindings",
-      "classic.create_environment.env_id = 'tests.crashing_env:make_hanging'",
-      "--env_step_timeout_s",
-      "3",
-    ],
-    cwd=ROOT,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=240,
+  out, marker = _train_with_faulty_env(
+    tmp_path,
+    "SEED_RL_TEST_HANG_MARKER",
+    "make_hanging",
+    "--env_step_timeout_s",
+    "3",
   )
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
   assert marker.exists()  # the hang happened
