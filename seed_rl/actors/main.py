@@ -31,6 +31,7 @@ import gin
 from seed_rl import registry
 from seed_rl.actors.actor import EnvConfigError, run_actor
 from seed_rl.actors.subprocess_env import EnvWorkerError
+from seed_rl.cluster import cluster_spec
 from seed_rl.grpc import security
 from seed_rl.grpc.client import ActorClient
 from seed_rl.grpc.client import AuthenticationError
@@ -69,12 +70,19 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
   )
   parser.add_argument(
     "--actor_id",
-    type=int,
     required=True,
-    help="I; this actor owns global env ids [I*K, (I+1)*K)",
+    help="I; this actor owns global env ids [I*K, (I+1)*K); "
+    f"'{cluster_spec.FROM_CLUSTER_SPEC}': this replica's index in worker "
+    "pool 1 of $CLUSTER_SPEC (Vertex AI)",
   )
   parser.add_argument("--num_envs", type=int, default=1, help="K")
-  parser.add_argument("--server_address", default="localhost:8686")
+  parser.add_argument(
+    "--server_address",
+    default="localhost:8686",
+    help="the learner's host:port; "
+    f"'{cluster_spec.FROM_CLUSTER_SPEC}:PORT': PORT on the host of worker "
+    "pool 0 in $CLUSTER_SPEC (Vertex AI)",
+  )
   parser.add_argument(
     "--env_step_timeout_s",
     type=float,
@@ -139,6 +147,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
   args = parser.parse_args(argv)
   try:
     registry.check_env(args.env)
+    args.actor_id = cluster_spec.resolve_actor_id(args.actor_id)
+    args.server_address = cluster_spec.resolve_server_address(
+      args.server_address
+    )
   except ValueError as e:
     parser.error(str(e))
   if args.num_envs < 1:
