@@ -96,7 +96,11 @@ def main() -> None:
     prev_action=_random(act_spec, (b, t1) + act_spec.shape, rng),
     action=_random(act_spec, (b, t1) + act_spec.shape, rng),
     value=np.zeros((b, t1), np.float32),
-    extras={"logits": np.zeros((b, t1, num_params), np.float32)},
+    # What the built-in agents' act() stores (each agent checks only its own).
+    extras={
+      "logits": np.zeros((b, t1, num_params), np.float32),
+      "q_action": np.zeros((b, t1), np.float32),
+    },
     core_state=core,
     policy_version=np.zeros((b, t1), np.int64),
   )

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import List
+from typing import List, Tuple
 
 from seed_rl import registry
 
@@ -148,7 +148,15 @@ def main(argv=None) -> int:
   py = sys.executable
   gin_args = ["--gin_config", registry.gin_file(args.env, args.agent)]
   gin_args += _forwarded(extra, ("--gin_config", "--gin_bindings"))
-  problem = _check_environment(args.env, gin_args, args.seed)
+  configs, bindings = _gin_sources(gin_args)
+  try:
+    from seed_rl import gin_utils  # pylint: disable=g-import-not-at-top
+
+    gin_utils.check_renamed(configs, bindings)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  problem = _check_environment(args.env, configs, bindings, args.seed)
   if problem:
     print(f"error: cannot create the environment: {problem}", file=sys.stderr)
     return 2
@@ -310,12 +318,8 @@ def main(argv=None) -> int:
   return code
 
 
-def _check_environment(env: str, gin_args: List[str], seed: int) -> str:
-  """Creates one env as the actors will (same gin, TF-free) before anything
-  starts, so a configuration mistake is one message, not a restart loop.
-  Returns the problem, or '' if the environment builds."""
-  import gin  # pylint: disable=g-import-not-at-top
-
+def _gin_sources(gin_args: List[str]) -> Tuple[List[str], List[str]]:
+  """['--gin_config', F, '--gin_bindings=B', ...] -> (files, bindings)."""
   values: dict = {"--gin_config": [], "--gin_bindings": []}
   i = 0
   while i < len(gin_args):
@@ -324,7 +328,17 @@ def _check_environment(env: str, gin_args: List[str], seed: int) -> str:
       value, i = gin_args[i + 1], i + 1
     values[key].append(value)
     i += 1
-  configs, bindings = values["--gin_config"], values["--gin_bindings"]
+  return values["--gin_config"], values["--gin_bindings"]
+
+
+def _check_environment(
+  env: str, configs: List[str], bindings: List[str], seed: int
+) -> str:
+  """Creates one env as the actors will (same gin, TF-free) before anything
+  starts, so a configuration mistake is one message, not a restart loop.
+  Returns the problem, or '' if the environment builds."""
+  import gin  # pylint: disable=g-import-not-at-top
+
   try:
     create = registry.env_module(env).create_environment
     gin.parse_config_files_and_bindings(configs, bindings, skip_unknown=True)

@@ -436,7 +436,7 @@ def test_train_step_finite_and_updates_priorities(extra):
   for name in (
     "loss/td",
     "replay/size",
-    "replay/beta",
+    "replay/importance_sampling_exponent",
     "policy/epsilon",
     "perf/policy_lag",
     "grad/norm",

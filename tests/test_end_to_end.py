@@ -250,6 +250,7 @@ def test_every_agent_runs_end_to_end(tmp_path, env, agent, bindings, steps):
   tags = _event_tags(tmp_path / "run")
   missing = sorted((COMMON_DIAGNOSTICS | AGENT_DIAGNOSTICS[agent]) - tags)
   assert not missing, f"{agent} wrote no {missing}; it wrote {sorted(tags)}"
+  assert not tags & RETIRED_NAMES, sorted(tags & RETIRED_NAMES)
   # The console line shows whether a run moves.
   progress = [s for s in out.stdout.splitlines() if s.startswith("[learner")]
   marker = "q " if agent in ("dqn", "r2d2") else "entropy "
@@ -270,6 +271,9 @@ COMMON_DIAGNOSTICS = {
 }
 AGENT_DIAGNOSTICS = {
   "vtrace": {
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
     "policy/entropy",
     "value/explained_variance",
     "advantage/mean",
@@ -278,6 +282,9 @@ AGENT_DIAGNOSTICS = {
     "vtrace/rho_clipped_fraction",
   },
   "ppo": {
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
     "policy/entropy",
     "value/explained_variance",
     "advantage/mean",
@@ -285,9 +292,22 @@ AGENT_DIAGNOSTICS = {
     "policy/approx_kl",
     "policy/clip_fraction",
   },
-  "dqn": {"q/mean", "q/td_error", "policy/epsilon"},
-  "r2d2": {"q/mean", "q/td_error"},
+  "dqn": {
+    "loss/td",
+    "q/mean",
+    "q/td_error",
+    "policy/epsilon",
+    "replay/importance_sampling_exponent",
+  },
+  "r2d2": {
+    "loss/td",
+    "q/mean",
+    "q/td_error",
+    "replay/importance_sampling_exponent",
+  },
 }
+# Names of the same quantities before the scheme was unified (METRICS.md).
+RETIRED_NAMES = {"loss/baseline", "ppo/entropy", "replay/beta"}
 
 
 def _event_tags(logdir):

@@ -181,7 +181,7 @@ def make_network(use_lstm, separate_value_torso=False):
     num_policy_params=dist.num_params,
     action_features=networks.action_features(dist),
     use_lstm=use_lstm,
-    lstm_size=8,
+    lstm_units=8,
     separate_value_torso=separate_value_torso,
   )
   networks.build_network(

@@ -108,7 +108,7 @@ def _weights(agent):
         value_clip=0.2,
         recompute_advantages_each_epoch=True,
         shared_torso=True,
-        anneal_learning_rate=True,
+        lr_schedule="linear",
         anneal_clip_ratio=True,
         total_learner_steps=10,
       ),
@@ -342,7 +342,7 @@ def test_config_validation_messages():
   with pytest.raises(ValueError, match="num_minibatches"):
     PPOConfig(unroll_length=2, batch_size=2, num_minibatches=5)
   with pytest.raises(ValueError, match="total_learner_steps"):
-    PPOConfig(anneal_learning_rate=True)
+    PPOConfig(lr_schedule="linear")
   with pytest.raises(ValueError, match="allowed: clip, kl_penalty"):
     PPOConfig(loss="adaptive")
   with pytest.raises(ValueError, match="clip_ratio"):

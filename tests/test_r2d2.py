@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from seed_rl.agents.r2d2 import exploration
-from seed_rl.agents.r2d2 import frames as frames_lib
+from seed_rl.common import frames as frames_lib
 from seed_rl.agents.r2d2 import loss as loss_lib
 from seed_rl.agents.r2d2 import networks
 from seed_rl.agents.r2d2 import targets
@@ -208,7 +208,7 @@ def _tiny_torso():
 
 def _network(seed=0, num_actions=3):
   keras.utils.set_random_seed(seed)
-  net = networks.R2D2Network(_tiny_torso, num_actions, 6, 5)
+  net = networks.R2D2Network(_tiny_torso, num_actions, 6, (5,))
   networks.build_network(net, ArraySpec((4,), "float32"))
   return net
 
@@ -455,7 +455,7 @@ def _config(**overrides):
     # Single-threaded tests: neither insert nor sample may wait.
     rate_limiter_error_buffer=1000.0,
     lstm_units=6,
-    head_hidden=5,
+    head_hidden=(5,),
     target_update_period=3,
     torso=_tiny_torso,
     total_learner_steps=10,

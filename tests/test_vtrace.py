@@ -404,7 +404,7 @@ def np_log_softmax(logits):
 def test_impala_loss_matches_numpy_reference():
   rng = np.random.default_rng(7)
   num_steps, batch, num_actions = 6, 4, 3
-  gamma, baseline_cost, entropy_cost = 0.9, 0.5, 0.02
+  gamma, value_cost, entropy_cost = 0.9, 0.5, 0.02
   logits = rng.normal(size=[num_steps + 1, batch, num_actions])
   behaviour = rng.normal(size=logits.shape)
   action = rng.integers(0, num_actions, size=[num_steps + 1, batch])
@@ -426,7 +426,7 @@ def test_impala_loss_matches_numpy_reference():
     tf.constant(truncated),
     tf.constant(bootstrap, tf.float32),
     discount=gamma,
-    baseline_cost=baseline_cost,
+    value_cost=value_cost,
     entropy_cost=entropy_cost,
   )
 
@@ -440,7 +440,7 @@ def test_impala_loss_matches_numpy_reference():
     log_rhos, reward, terminated, truncated, bootstrap, values, gamma
   )
   policy = -np.mean(picked * adv)
-  baseline = baseline_cost * 0.5 * np.mean((vs - values[:-1]) ** 2)
+  baseline = value_cost * 0.5 * np.mean((vs - values[:-1]) ** 2)
   entropy = np.mean(-(np.exp(log_pi) * log_pi).sum(-1))
   expected_total = policy + baseline - entropy_cost * entropy
   np.testing.assert_allclose(metrics["loss/policy"], policy, rtol=1e-4)
@@ -470,7 +470,7 @@ def test_loss_value_and_gradient_direction_hand_built():
       tf.zeros([2, 1], tf.bool),
       tf.zeros([2, 1]),
       discount=0.99,
-      baseline_cost=0.5,
+      value_cost=0.5,
       entropy_cost=0.1,
     )
   ln2 = math.log(2.0)

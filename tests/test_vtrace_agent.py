@@ -320,7 +320,7 @@ def test_lstm_agent_act_and_train():
     OBS_SPEC,
     ACTION_SPEC,
     3,
-    small_config(use_lstm=True, lstm_size=8, batch_size=3, queue_capacity=6),
+    small_config(use_lstm=True, lstm_units=8, batch_size=3, queue_capacity=6),
   )
   state = agent.initial_core_state(3)
   assert [s.shape for s in state] == [(3, 8), (3, 8)]
@@ -424,7 +424,7 @@ def test_atari_shaped_lstm_agent_trains():
     batch_size=2,
     queue_capacity=2,
     use_lstm=True,
-    lstm_size=16,
+    lstm_units=16,
     torso=atari_torso,
     reward_clipping="abs_one",
   )

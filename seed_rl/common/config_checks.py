@@ -8,7 +8,17 @@ training, in parentheses.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn, Sequence
+import numbers
+from typing import Any, NoReturn, Sequence, Tuple
+
+# Values of every agent's `reward_clipping` field (an agent may add modes,
+# e.g. V-trace's 'soft_asymmetric'): 'none', or 'abs_one' to clip each raw
+# reward to [-1, 1] before any target is computed (DQN on Atari, Mnih et al.
+# 2015).
+REWARD_CLIPPING = ("none", "abs_one")
+# Values of every agent's `lr_schedule` field: 'constant', or 'linear' from
+# learning_rate to 0 at total_learner_steps (learner steps).
+LR_SCHEDULES = ("constant", "linear")
 
 
 def fail(config: Any, message: str) -> NoReturn:
@@ -79,6 +89,24 @@ def choice(config: Any, name: str, allowed: Sequence[str]) -> None:
   value = getattr(config, name)
   if value not in allowed:
     fail(config, f"{name} {value!r} is unknown; allowed: {', '.join(allowed)}")
+
+
+def layer_widths(config: Any, name: str = "head_hidden") -> Tuple[int, ...]:
+  """A tuple of positive hidden-layer widths (a list is accepted; () means no
+  hidden layer). Returns it as a tuple of ints for the config to store."""
+  value = getattr(config, name)
+  if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+    fail(
+      config,
+      f"{name} must be a tuple of hidden-layer widths, e.g. (512,) for one "
+      f"layer or () for none, got {value!r}",
+    )
+  if any(
+    isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1
+    for w in value
+  ):
+    fail(config, f"{name} must hold positive layer widths, got {value!r}")
+  return tuple(int(w) for w in value)
 
 
 def queue_capacity(config: Any, name: str = "queue_capacity") -> None:

@@ -57,7 +57,7 @@ class DQNAgent(Agent):
     self._optimizer = optimizers.make_optimizer(
       "adam",
       cfg.learning_rate,
-      epsilon=cfg.adam_epsilon,
+      epsilon=cfg.optimizer_epsilon,
       max_grad_norm=cfg.max_grad_norm,
       variables=self._online.trainable_variables,
     )
@@ -150,7 +150,7 @@ class DQNAgent(Agent):
     if self.config.value_rescaling:
       # The runtime bootstraps truncated episodes from this value, so it is
       # given in return units, like the n-step returns it is added to.
-      value = value_rescaling.h_inv(value, self.config.value_rescaling_eps)
+      value = value_rescaling.h_inv(value, self.config.value_rescaling_epsilon)
     return ActOutputs(
       action=action.astype(self.action_spec.dtype),
       value=np.asarray(value, np.float32),
@@ -178,7 +178,7 @@ class DQNAgent(Agent):
     """
     cfg = self.config
     reward = np.asarray(unrolls.reward, np.float32)
-    if cfg.clip_rewards:
+    if cfg.reward_clipping == "abs_one":
       reward = np.clip(reward, -1.0, 1.0)
     returns, discount, index = targets_lib.nstep_transitions(
       reward.T,
@@ -234,7 +234,7 @@ class DQNAgent(Agent):
     result.update(
       {
         "replay/size": float(len(self._replay)),
-        "replay/beta": beta,
+        "replay/importance_sampling_exponent": beta,
         "replay/priority_max": self._replay.max_priority,
         "policy/epsilon": self.epsilon(step),
         # With replay this is the age of the sampled data in learner steps
@@ -326,7 +326,7 @@ class DQNAgent(Agent):
           target_q_next,
           double_q=cfg.double_q,
           rescale=cfg.value_rescaling,
-          eps=cfg.value_rescaling_eps,
+          eps=cfg.value_rescaling_epsilon,
         )
         td_error = target_value - q_taken
         abs_td = tf.abs(td_error)

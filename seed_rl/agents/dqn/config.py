@@ -26,81 +26,97 @@ class DQNConfig:
   checkpointed, and the rate limiter ties learner steps to env steps
   (env steps per learner step = batch_size / samples_per_insert).
 
-  Attributes:
-    torso: factory of the observation torso (mlp_torso, atari_torso).
-    head_hidden: hidden layer widths of the Q head (of each stream when
-      dueling); () puts the output layer right on the torso features.
-    dueling: V(s) + A(s, a) - mean_a A(s, a) head (Wang et al. 2016).
-    noisy: None, 'ig' or 'fg' NoisyNet head layers (Fortunato et al. 2017);
-      exploration then comes from the noise and epsilon must be 0.
-    noisy_sigma0: noise scale; None for the paper's default of the type.
-    double_q: bootstrap with Q_target(s', argmax_a Q_online(s', a)).
-    n_step: transitions span n rewards.
-    discount: gamma per agent step.
-    clip_rewards: clip each reward to [-1, 1] before summing n-step returns
-      (DQN on Atari, Mnih et al. 2015); value rescaling is the alternative.
-    value_rescaling: regress h(target) (Pohlen et al. 2018).
-    value_rescaling_eps: eps of h.
-    huber_loss: Huber (delta huber_delta) instead of squared TD error.
-    huber_delta: Huber threshold, in target units.
-    replay_capacity: stored transitions (FIFO beyond it).
-    prioritized: proportional prioritized replay; False samples uniformly.
-    priority_exponent: alpha.
-    importance_sampling_exponent: beta at step 0, linearly annealed to 1 at
-      total_learner_steps.
-    priority_epsilon: added to |TD error| so no priority is 0.
-    total_learner_steps: length of the beta schedule (learner steps).
-    min_replay_size: transitions inserted before training starts.
-    samples_per_insert: sampled transitions per inserted one (replay ratio);
-      the rate limiter throttles acting or training to hold it.
-    rate_limiter_error_buffer: allowed drift from that ratio, in sampled
-      transitions; None picks max(batch_size, samples_per_insert * one
-      round of unrolls from every env).
-    batch_size: transitions per learner step.
-    learning_rate: Adam learning rate.
-    adam_epsilon: Adam's denominator epsilon.
-    max_grad_norm: global-norm gradient clip; None or 0 disables it.
-    target_update_period: learner steps between target-network syncs.
-    epsilon_start, epsilon_end: epsilon-greedy exploration, linear in
-      learner steps from start to end over epsilon_decay_steps (evaluation
-      envs act greedily).
-    epsilon_decay_steps: learner steps of the epsilon decay.
-    unroll_length: T; the runtime hands unrolls of T+1 steps overlapping by
-      n_step steps, so each holds T+1-n_step new n-step transitions.
-    seed: seed of the replay sampler and the exploration generator.
+  Attributes, grouped in the same order in every agent's config:
+    Data:
+      unroll_length: T; the runtime hands unrolls of T+1 steps overlapping by
+        n_step steps, so each holds T+1-n_step new n-step transitions.
+      batch_size: transitions per learner step.
+      replay_capacity: stored transitions (FIFO beyond it).
+      min_replay_size: transitions inserted before training starts.
+      samples_per_insert: sampled transitions per inserted one (replay
+        ratio); the rate limiter throttles acting or training to hold it.
+      rate_limiter_error_buffer: allowed drift from that ratio, in sampled
+        transitions; None picks max(batch_size, samples_per_insert * one
+        round of unrolls from every env).
+      prioritized: proportional prioritized replay; False samples uniformly.
+      priority_exponent: alpha.
+      importance_sampling_exponent: beta at step 0, linearly annealed to 1 at
+        total_learner_steps.
+      priority_epsilon: added to |TD error| so no priority is 0.
+    Returns and targets:
+      discount: gamma per agent step.
+      n_step: transitions span n rewards.
+      reward_clipping: 'none', or 'abs_one' to clip each reward to [-1, 1]
+        before summing n-step returns (DQN on Atari, Mnih et al. 2015); value
+        rescaling is the alternative.
+      value_rescaling: regress h(target) (Pohlen et al. 2018).
+      value_rescaling_epsilon: eps of h(x) = sign(x)(sqrt(|x|+1)-1) + eps x.
+      double_q: bootstrap with Q_target(s', argmax_a Q_online(s', a)).
+      target_update_period: learner steps between target-network syncs.
+    Loss:
+      huber_loss: Huber (delta huber_delta) instead of squared TD error.
+      huber_delta: Huber threshold, in target units.
+    Optimizer (Adam):
+      learning_rate: Adam learning rate.
+      total_learner_steps: the run's length in learner steps; the horizon of
+        the beta schedule.
+      optimizer_epsilon: Adam's denominator epsilon.
+      max_grad_norm: global-norm gradient clip; None or 0 disables it.
+    Network:
+      torso: factory of the observation torso (mlp_torso, atari_torso).
+      head_hidden: hidden layer widths of the Q head (of each stream when
+        dueling); () puts the output layer right on the torso features.
+      dueling: V(s) + A(s, a) - mean_a A(s, a) head (Wang et al. 2016).
+      noisy: None, 'ig' or 'fg' NoisyNet head layers (Fortunato et al.
+        2017); exploration then comes from the noise and epsilon must be 0.
+      noisy_sigma0: noise scale; None for the paper's default of the type.
+    Exploration:
+      epsilon_start, epsilon_end: epsilon-greedy exploration, linear in
+        learner steps from start to end over epsilon_decay_steps (evaluation
+        envs act greedily).
+      epsilon_decay_steps: learner steps of the epsilon decay.
+    Misc:
+      seed: seed of the replay sampler and the exploration generator.
   """
 
+  # Data.
+  unroll_length: int = 16
+  batch_size: int = 64
+  replay_capacity: int = 50_000
+  min_replay_size: int = 1_000
+  samples_per_insert: float = 8.0
+  rate_limiter_error_buffer: Optional[float] = None
+  prioritized: bool = True
+  priority_exponent: float = 0.5
+  importance_sampling_exponent: float = 0.4
+  priority_epsilon: float = 1e-6
+  # Returns and targets.
+  discount: float = 0.99
+  n_step: int = 3
+  reward_clipping: str = "none"
+  value_rescaling: bool = False
+  value_rescaling_epsilon: float = 1e-3
+  double_q: bool = True
+  target_update_period: int = 250
+  # Loss.
+  huber_loss: bool = True
+  huber_delta: float = 1.0
+  # Optimizer.
+  learning_rate: float = 5e-4
+  total_learner_steps: int = 20_000
+  optimizer_epsilon: float = 1e-5
+  max_grad_norm: Optional[float] = 10.0
+  # Network.
   torso: Callable[[], keras.layers.Layer] = mlp_torso
   head_hidden: Tuple[int, ...] = (64,)
   dueling: bool = True
   noisy: Optional[str] = None
   noisy_sigma0: Optional[float] = None
-  double_q: bool = True
-  n_step: int = 3
-  discount: float = 0.99
-  clip_rewards: bool = False
-  value_rescaling: bool = False
-  value_rescaling_eps: float = 1e-3
-  huber_loss: bool = True
-  huber_delta: float = 1.0
-  replay_capacity: int = 50_000
-  prioritized: bool = True
-  priority_exponent: float = 0.5
-  importance_sampling_exponent: float = 0.4
-  priority_epsilon: float = 1e-6
-  total_learner_steps: int = 20_000
-  min_replay_size: int = 1_000
-  samples_per_insert: float = 8.0
-  rate_limiter_error_buffer: Optional[float] = None
-  batch_size: int = 64
-  learning_rate: float = 5e-4
-  adam_epsilon: float = 1e-5
-  max_grad_norm: Optional[float] = 10.0
-  target_update_period: int = 250
+  # Exploration.
   epsilon_start: float = 1.0
   epsilon_end: float = 0.01
   epsilon_decay_steps: int = 4_000
-  unroll_length: int = 16
+  # Misc.
   seed: Optional[int] = None
 
   @property
@@ -110,7 +126,6 @@ class DQNConfig:
     return self.n_step
 
   def __post_init__(self):
-    self.head_hidden = tuple(int(h) for h in self.head_hidden)
     checks.positive_ints(
       self,
       "n_step",
@@ -122,11 +137,7 @@ class DQNConfig:
       "epsilon_decay_steps",
       "unroll_length",
     )
-    if any(h < 1 for h in self.head_hidden):
-      checks.fail(
-        self,
-        f"head_hidden must hold positive layer widths, got {self.head_hidden}",
-      )
+    self.head_hidden = checks.layer_widths(self, "head_hidden")
     if self.unroll_length < self.n_step:
       checks.fail(
         self,
@@ -135,8 +146,9 @@ class DQNConfig:
         f"the previous one by n_step steps would hold no new transition",
       )
     checks.discount(self)
+    checks.choice(self, "reward_clipping", checks.REWARD_CLIPPING)
     checks.non_negative(
-      self, "value_rescaling_eps", why="h is not invertible otherwise"
+      self, "value_rescaling_epsilon", why="h is not invertible otherwise"
     )
     checks.positive(self, "huber_delta")
     checks.min_replay_size(self)
@@ -157,16 +169,18 @@ class DQNConfig:
     checks.positive(self, "samples_per_insert", why="0 would never train")
     checks.rate_limiter_error_buffer(self, self.rate_limiter_error_buffer)
     checks.positive(self, "learning_rate")
-    checks.optimizer_epsilon(self, "adam_epsilon")
+    checks.optimizer_epsilon(self, "optimizer_epsilon")
     checks.max_grad_norm(self)
     checks.in_unit_interval(self, "epsilon_start", "epsilon_end")
     if self.noisy not in _NOISY:
       checks.fail(self, f"noisy must be one of {_NOISY}, got {self.noisy!r}")
     if self.noisy is not None and (self.epsilon_start or self.epsilon_end):
-      raise ValueError(
-        "DQNConfig: with noisy layers exploration comes from the noise; set "
-        "epsilon_start = epsilon_end = 0 (Fortunato et al. 2017), got "
-        f"{self.epsilon_start} -> {self.epsilon_end}"
+      checks.fail(
+        self,
+        "epsilon_start and epsilon_end must be 0 with noisy layers: "
+        "exploration comes from the noise; set epsilon_start = epsilon_end "
+        f"= 0 (Fortunato et al. 2017), got {self.epsilon_start} -> "
+        f"{self.epsilon_end}",
       )
     if self.noisy_sigma0 is not None and not self.noisy_sigma0 > 0:
       checks.fail(self, f"noisy_sigma0 must be > 0, got {self.noisy_sigma0}")

@@ -84,7 +84,7 @@ class PPOAgent(Agent):
     self._reward_scaler = None
     if cfg.scale_rewards:
       self._reward_scaler = normalizers.RewardScaler(
-        num_envs, cfg.gamma, clip=cfg.reward_clip
+        num_envs, cfg.discount, clip=cfg.reward_clip
       )
     # act() reads the observation statistics while train_step() may update
     # them; the lock makes every act call see one consistent (mean, var).
@@ -109,7 +109,7 @@ class PPOAgent(Agent):
     self._optimizer = optimizers.make_optimizer(
       "adam",
       cfg.learning_rate,
-      epsilon=cfg.adam_epsilon,
+      epsilon=cfg.optimizer_epsilon,
       max_grad_norm=cfg.max_grad_norm,
       variables=self._network.trainable_variables,
     )
@@ -239,7 +239,7 @@ class PPOAgent(Agent):
     if cfg.total_learner_steps:
       remaining = schedules.linear(1.0, 0.0, cfg.total_learner_steps)(step)
     learning_rate = cfg.learning_rate * (
-      remaining if cfg.anneal_learning_rate else 1.0
+      remaining if cfg.lr_schedule == "linear" else 1.0
     )
     clip_ratio = cfg.clip_ratio * (remaining if cfg.anneal_clip_ratio else 1.0)
     self._optimizer.learning_rate.assign(learning_rate)

@@ -13,7 +13,6 @@ from seed_rl.common import config_checks as checks
 
 _LOG_STD_MODES = ("state_independent", "state_dependent")
 _BOUND_HANDLING = ("tanh", "clip")
-_REWARD_CLIPPING = ("none", "abs_one")
 
 
 @gin.configurable
@@ -28,95 +27,113 @@ class PPOConfig:
   One learner step (step_counter += 1) is one PPO update: num_epochs passes
   over batch_size * unroll_length transitions in num_minibatches minibatches.
 
-  Attributes:
-    unroll_length: T, transitions per unroll (unrolls hold T+1 steps).
-    batch_size: unrolls per PPO update.
-    num_epochs: passes over each update's batch.
-    num_minibatches: minibatches per epoch (of shuffled single transitions).
-    learning_rate: Adam step size at the start.
-    anneal_learning_rate: decay the step size linearly to 0 at
-      total_learner_steps.
-    clip_ratio: eps of the clipped surrogate, in ratio units.
-    anneal_clip_ratio: decay eps linearly to 0 at total_learner_steps.
-    loss: 'clip' (eq. 7 of Schulman et al. 2017) or 'kl_penalty' (eq. 8,
-      adaptive beta as in BatchPPO).
-    kl_target: d_targ of the adaptive KL penalty, in nats per step.
-    initial_kl_coef: beta at the start.
-    kl_cutoff_factor: BatchPPO's extra quadratic penalty beyond
-      factor * kl_target; None disables.
-    kl_cutoff_coef: weight of that cutoff penalty.
-    value_clip: None, or clip the value change per update to +-value_clip
-      (in units of the (scaled) returns), Baselines' PPO2 style.
-    gamma: discount per step.
-    gae_lambda: GAE's lambda.
-    entropy_cost: weight of the entropy bonus.
-    value_cost: weight of the 0.5 * squared value error.
-    max_grad_norm: global-norm gradient clip; None or 0 disables it.
-    adam_epsilon: Adam's epsilon (CleanRL and Baselines use 1e-5).
-    normalize_advantages: standardise advantages per minibatch.
-    recompute_advantages_each_epoch: recompute values and GAE with the
-      current weights before every epoch (Andrychowicz et al. 2021), not only
-      once per update.
-    early_stop_kl: None, or stop an update's remaining minibatches once the
-      KL from the policy at the start of the update exceeds it (nats).
-    normalize_observations: running mean/std observation normalisation.
-    observation_clip: normalised observations are clipped to +-this.
-    reward_clipping: 'none', or 'abs_one' to clip raw rewards to [-1, 1]
-      before any scaling (Atari; Mnih et al. 2015).
-    scale_rewards: divide rewards by the running std of discounted returns.
-    reward_clip: scaled rewards are clipped to +-this.
-    log_std: 'state_independent' (a learned vector) or 'state_dependent'
-      (a head output) for Gaussian policies.
-    bound_handling: 'tanh' (squash into the Box) or 'clip' (the env gets the
-      clipped sample; densities are of the unclipped one).
-    init_log_std: initial log standard deviation of Gaussian policies.
-    shared_torso: one torso for policy and value; False gives each its own.
-    torso: factory returning a Keras layer [B, *obs] -> [B, F] (e.g.
-      @mlp_torso, @atari_torso); None picks atari_torso for uint8 images and
-      mlp_torso otherwise.
-    total_learner_steps: PPO updates in the whole run; the annealing horizon.
-    queue_capacity: unrolls buffered before add_unrolls blocks the actors;
-      None means batch_size (at most one update's data waits, which bounds
-      the policy lag of on-policy data).
-    seed: seeds action sampling and minibatch shuffling.
+  Attributes, grouped in the same order in every agent's config:
+    Data:
+      unroll_length: T, transitions per unroll (unrolls hold T+1 steps).
+      batch_size: unrolls per PPO update.
+      num_epochs: passes over each update's batch.
+      num_minibatches: minibatches per epoch (of shuffled single
+        transitions).
+    Returns and targets:
+      discount: gamma per agent step.
+      gae_lambda: GAE's lambda.
+      reward_clipping: 'none', or 'abs_one' to clip raw rewards to [-1, 1]
+        before any scaling (Atari; Mnih et al. 2015).
+      scale_rewards: divide rewards by the running std of discounted
+        returns.
+      reward_clip: scaled rewards are clipped to +-this.
+      normalize_advantages: standardise advantages per minibatch.
+      recompute_advantages_each_epoch: recompute values and GAE with the
+        current weights before every epoch (Andrychowicz et al. 2021), not
+        only once per update.
+    Loss weights and clipping:
+      loss: 'clip' (eq. 7 of Schulman et al. 2017) or 'kl_penalty' (eq. 8,
+        adaptive beta as in BatchPPO).
+      entropy_cost: weight of the entropy bonus.
+      value_cost: weight of the value loss 0.5 * mean (V - return)^2 (the
+        clipped variant's with value_clip).
+      clip_ratio: eps of the clipped surrogate, in ratio units.
+      anneal_clip_ratio: decay eps linearly to 0 at total_learner_steps.
+      value_clip: None, or clip the value change per update to +-value_clip
+        (in units of the (scaled) returns), Baselines' PPO2 style.
+      kl_target: d_targ of the adaptive KL penalty, in nats per step.
+      initial_kl_coef: beta at the start.
+      kl_cutoff_factor: BatchPPO's extra quadratic penalty beyond
+        factor * kl_target; None disables.
+      kl_cutoff_coef: weight of that cutoff penalty.
+      early_stop_kl: None, or stop an update's remaining minibatches once the
+        KL from the policy at the start of the update exceeds it (nats).
+    Optimizer (Adam):
+      learning_rate: step size at the start.
+      lr_schedule: 'constant', or 'linear' to decay the step size to 0 at
+        total_learner_steps.
+      total_learner_steps: PPO updates in the whole run; the horizon of the
+        'linear' schedules (needed by them, else unused).
+      optimizer_epsilon: Adam's denominator epsilon (CleanRL and Baselines
+        use 1e-5).
+      max_grad_norm: global-norm gradient clip; None or 0 disables it.
+    Network:
+      torso: factory returning a Keras layer [B, *obs] -> [B, F] (e.g.
+        @mlp_torso, @atari_torso); None picks atari_torso for uint8 images
+        and mlp_torso otherwise.
+      shared_torso: one torso for policy and value; False gives each its
+        own.
+      log_std: 'state_independent' (a learned vector) or 'state_dependent'
+        (a head output) for Gaussian policies.
+      init_log_std: initial log standard deviation of Gaussian policies.
+      bound_handling: 'tanh' (squash into the Box) or 'clip' (the env gets
+        the clipped sample; densities are of the unclipped one).
+      normalize_observations: running mean/std observation normalisation.
+      observation_clip: normalised observations are clipped to +-this.
+    Misc:
+      seed: seeds action sampling and minibatch shuffling.
+      queue_capacity: unrolls buffered before add_unrolls blocks the actors;
+        None means batch_size (at most one update's data waits, which bounds
+        the policy lag of on-policy data).
   """
 
+  # Data.
   unroll_length: int = 128
   batch_size: int = 4
   num_epochs: int = 4
   num_minibatches: int = 4
-  learning_rate: float = 2.5e-4
-  anneal_learning_rate: bool = False
+  # Returns and targets.
+  discount: float = 0.99
+  gae_lambda: float = 0.95
+  reward_clipping: str = "none"
+  scale_rewards: bool = False
+  reward_clip: float = 10.0
+  normalize_advantages: bool = True
+  recompute_advantages_each_epoch: bool = False
+  # Loss weights and clipping.
+  loss: str = "clip"
+  entropy_cost: float = 0.01
+  value_cost: float = 0.5
   clip_ratio: float = 0.2
   anneal_clip_ratio: bool = False
-  loss: str = "clip"
+  value_clip: Optional[float] = None
   kl_target: float = 0.01
   initial_kl_coef: float = 1.0
   kl_cutoff_factor: Optional[float] = None
   kl_cutoff_coef: float = 1000.0
-  value_clip: Optional[float] = None
-  gamma: float = 0.99
-  gae_lambda: float = 0.95
-  entropy_cost: float = 0.01
-  value_cost: float = 0.5
-  max_grad_norm: Optional[float] = 0.5
-  adam_epsilon: float = 1e-5
-  normalize_advantages: bool = True
-  recompute_advantages_each_epoch: bool = False
   early_stop_kl: Optional[float] = None
+  # Optimizer.
+  learning_rate: float = 2.5e-4
+  lr_schedule: str = "constant"
+  total_learner_steps: Optional[int] = None
+  optimizer_epsilon: float = 1e-5
+  max_grad_norm: Optional[float] = 0.5
+  # Network.
+  torso: Optional[Callable[[], keras.layers.Layer]] = None
+  shared_torso: bool = False
+  log_std: str = "state_independent"
+  init_log_std: float = 0.0
+  bound_handling: str = "clip"
   normalize_observations: bool = False
   observation_clip: float = 10.0
-  reward_clipping: str = "none"
-  scale_rewards: bool = False
-  reward_clip: float = 10.0
-  log_std: str = "state_independent"
-  bound_handling: str = "clip"
-  init_log_std: float = 0.0
-  shared_torso: bool = False
-  torso: Optional[Callable[[], keras.layers.Layer]] = None
-  total_learner_steps: Optional[int] = None
-  queue_capacity: Optional[int] = None
+  # Misc.
   seed: int = 0
+  queue_capacity: Optional[int] = None
 
   def __post_init__(self):
     def fail(message):
@@ -133,12 +150,13 @@ class PPOConfig:
         f"some minibatches would be empty"
       )
     checks.positive(self, "learning_rate")
+    checks.choice(self, "lr_schedule", checks.LR_SCHEDULES)
     if not 0 < self.clip_ratio < 1:
       fail(
         f"clip_ratio must be in (0, 1): the ratio is clipped to "
         f"[1 - eps, 1 + eps], got {self.clip_ratio}"
       )
-    if self.anneal_learning_rate or self.anneal_clip_ratio:
+    if self.lr_schedule == "linear" or self.anneal_clip_ratio:
       if (
         self.total_learner_steps is None
         or isinstance(self.total_learner_steps, bool)
@@ -167,7 +185,7 @@ class PPOConfig:
         f"value_clip must be > 0 or None; 0 would freeze the value "
         f"function, got {self.value_clip}"
       )
-    checks.discount(self, "gamma")
+    checks.discount(self)
     checks.in_unit_interval(self, "gae_lambda")
     checks.non_negative(
       self,
@@ -176,14 +194,14 @@ class PPOConfig:
       why="a negative weight flips the objective",
     )
     checks.max_grad_norm(self)
-    checks.optimizer_epsilon(self, "adam_epsilon")
+    checks.optimizer_epsilon(self, "optimizer_epsilon")
     if self.early_stop_kl is not None and not self.early_stop_kl > 0:
       fail(
         f"early_stop_kl must be > 0 nats or None; 0 would stop every "
         f"update after its first minibatch, got {self.early_stop_kl}"
       )
     checks.positive(self, "observation_clip", "reward_clip")
-    checks.choice(self, "reward_clipping", _REWARD_CLIPPING)
+    checks.choice(self, "reward_clipping", checks.REWARD_CLIPPING)
     checks.choice(self, "log_std", _LOG_STD_MODES)
     checks.choice(self, "bound_handling", _BOUND_HANDLING)
     if not -20 < self.init_log_std < 2:

@@ -141,8 +141,8 @@ def ppo_loss(
     returns: [N] value targets.
     entropy: [N] entropy of pi_theta(.|s).
     loss_type: 'clip' or 'kl_penalty'.
-    clip_ratio: eps of the clipped objective (also used for 'ppo/clip_fraction'
-      with 'kl_penalty').
+    clip_ratio: eps of the clipped objective (also used for
+      'policy/clip_fraction' with 'kl_penalty').
     old_values: [N] values before the update; needed with value_clip.
     value_clip: None, or the clip range of the value change (in return units).
     kl: [N] KL(mu || pi_theta); needed with 'kl_penalty'.
@@ -155,9 +155,10 @@ def ppo_loss(
   Returns:
     loss: scalar.
     metrics: 'loss/total', 'loss/policy', 'loss/value', 'loss/entropy'
-      (the weighted terms of the loss), 'ppo/entropy', 'ppo/approx_kl'
-      (E[(r - 1) - log r], an unbiased, non-negative estimate of
-      KL(mu || pi_theta)), 'ppo/clip_fraction', 'ppo/kl_coef'.
+      (the weighted terms of the loss), 'policy/entropy',
+      'policy/approx_kl' (E[(r - 1) - log r], an unbiased, non-negative
+      estimate of KL(mu || pi_theta)), 'policy/clip_fraction',
+      'ppo/kl_coef'.
   """
   if loss_type not in LOSS_TYPES:
     raise ValueError(

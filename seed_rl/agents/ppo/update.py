@@ -106,7 +106,7 @@ class PPOUpdate:
       terminated,
       truncated,
       bootstrap_value,
-      cfg.gamma,
+      cfg.discount,
       cfg.gae_lambda,
     )
     values, params = value[:-1], params[:-1]
@@ -165,7 +165,7 @@ class PPOUpdate:
     gradients = tape.gradient(total, variables)
     metrics.update(diagnostics.gradient_norms(gradients, variables))
     # The KL from the start of the update, before this step (drives early
-    # stopping; the same estimator as ppo/approx_kl).
+    # stopping; the same estimator as policy/approx_kl).
     log_ratio = tf.stop_gradient(log_prob) - prox_log_prob
     metrics["ppo/update_kl"] = tf.reduce_mean(
       tf.exp(log_ratio) - 1.0 - log_ratio

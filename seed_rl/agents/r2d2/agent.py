@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from seed_rl.agents.r2d2 import exploration
-from seed_rl.agents.r2d2 import frames as frames_lib
+from seed_rl.common import frames as frames_lib
 from seed_rl.agents.r2d2 import loss as loss_lib
 from seed_rl.agents.r2d2 import networks
 from seed_rl.agents.r2d2 import targets as targets_lib
@@ -74,7 +74,7 @@ class R2D2Agent(Agent):
     self._optimizer = optimizers.make_optimizer(
       "adam",
       cfg.learning_rate,
-      epsilon=cfg.adam_epsilon,
+      epsilon=cfg.optimizer_epsilon,
       max_grad_norm=cfg.max_grad_norm,
       variables=self._online.trainable_variables,
     )
@@ -270,7 +270,7 @@ class R2D2Agent(Agent):
         "loss/total": float(loss),
         "replay/size": float(len(self._replay)),
         "replay/mean_priority": float(np.mean(priorities)),
-        "replay/beta": beta,
+        "replay/importance_sampling_exponent": beta,
         "replay/dropped_sequences": float(self._dropped_sequences),
         "perf/policy_lag": agent_api.policy_lag(step, items["policy_version"]),
       }

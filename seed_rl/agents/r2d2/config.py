@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import gin
 import keras
@@ -28,66 +28,80 @@ class R2D2Config:
   states. Consecutive unrolls of one env overlap by burn_in + n_step steps, so
   every step of an env's stream is a learning step in exactly one sequence.
 
-  Attributes:
-    unroll_length: T, steps per sequence minus one (burn-in included).
-    burn_in: leading steps that only warm up the recurrent state.
-    n_step: length of the n-step return.
-    discount: gamma per agent step.
-    replay_capacity: sequences kept in replay (FIFO).
-    priority_exponent: alpha; sequences are drawn with p^alpha.
-    importance_sampling_exponent: beta at learner step 0.
-    importance_sampling_exponent_final: beta reached linearly at
-      `total_learner_steps` (set it equal to the first for a fixed beta).
-    priority_eta: eta in eta * max|delta| + (1 - eta) * mean|delta|.
-    batch_size: sequences per learner step.
-    learning_rate: Adam learning rate.
-    adam_epsilon: Adam's denominator epsilon.
-    max_grad_norm: global-norm gradient clip; None or 0 disables it.
-    target_update_period: learner steps between target-network syncs.
-    samples_per_insert: sampled sequences per inserted sequence (the replay
-      ratio: how often each learning step is replayed on average).
-    min_replay_size: sequences inserted before training starts.
-    rate_limiter_error_buffer: tolerated deviation from samples_per_insert,
-      in sampled sequences; None means 2 * batch_size.
-    value_rescaling_epsilon: eps of h(x) = sign(x)(sqrt(|x|+1)-1) + eps x.
-    lstm_units: LSTM size.
-    head_hidden: hidden units of each dueling stream (value, advantage).
-    torso: factory of the observation torso (@mlp_torso, @atari_torso).
-    epsilon_base, epsilon_alpha: training env i of N explores with
-      epsilon_base ** (1 + epsilon_alpha * i / (N - 1)) (Ape-X, R2D2).
-    eval_epsilon: fixed epsilon of evaluation envs.
-    total_learner_steps: horizon of the beta annealing, in learner steps.
-    store_frames_once: for stacked uint8 frames [H, W, k], store each frame
-      once per sequence instead of k times (k-fold less replay memory).
-    seed: seeds exploration and replay sampling; None draws one.
+  Attributes, grouped in the same order in every agent's config:
+    Data:
+      unroll_length: T, steps per sequence minus one (burn-in included).
+      batch_size: sequences per learner step.
+      burn_in: leading steps that only warm up the recurrent state.
+      replay_capacity: sequences kept in replay (FIFO).
+      min_replay_size: sequences inserted before training starts.
+      samples_per_insert: sampled sequences per inserted sequence (the replay
+        ratio: how often each learning step is replayed on average).
+      rate_limiter_error_buffer: tolerated deviation from samples_per_insert,
+        in sampled sequences; None means 2 * batch_size.
+      priority_exponent: alpha; sequences are drawn with p^alpha.
+      importance_sampling_exponent: beta at learner step 0.
+      importance_sampling_exponent_final: beta reached linearly at
+        `total_learner_steps` (set it equal to the first for a fixed beta).
+      priority_eta: eta in eta * max|delta| + (1 - eta) * mean|delta|.
+      store_frames_once: for stacked uint8 frames [H, W, k], store each frame
+        once per sequence instead of k times (k-fold less replay memory).
+    Returns and targets:
+      discount: gamma per agent step.
+      n_step: length of the n-step return.
+      value_rescaling_epsilon: eps of h(x) = sign(x)(sqrt(|x|+1)-1) + eps x.
+      target_update_period: learner steps between target-network syncs.
+    Optimizer (Adam):
+      learning_rate: Adam learning rate.
+      total_learner_steps: the run's length in learner steps; the horizon of
+        the beta annealing.
+      optimizer_epsilon: Adam's denominator epsilon.
+      max_grad_norm: global-norm gradient clip; None or 0 disables it.
+    Network:
+      torso: factory of the observation torso (@mlp_torso, @atari_torso).
+      head_hidden: hidden layer widths of each dueling stream (value,
+        advantage); () puts the output layers right on the LSTM output.
+      lstm_units: LSTM size.
+    Exploration:
+      epsilon_base, epsilon_alpha: training env i of N explores with
+        epsilon_base ** (1 + epsilon_alpha * i / (N - 1)) (Ape-X, R2D2).
+      eval_epsilon: fixed epsilon of evaluation envs.
+    Misc:
+      seed: seeds exploration and replay sampling; None draws one.
   """
 
+  # Data.
   unroll_length: int = 80
+  batch_size: int = 64
   burn_in: int = 40
-  n_step: int = 5
-  discount: float = 0.997
   replay_capacity: int = 100_000
+  min_replay_size: int = 5000
+  samples_per_insert: float = 0.75
+  rate_limiter_error_buffer: Optional[float] = None
   priority_exponent: float = 0.9
   importance_sampling_exponent: float = 0.6
   importance_sampling_exponent_final: float = 1.0
   priority_eta: float = 0.9
-  batch_size: int = 64
-  learning_rate: float = 1e-4
-  adam_epsilon: float = 1e-3
-  max_grad_norm: Optional[float] = 40.0
-  target_update_period: int = 2500
-  samples_per_insert: float = 0.75
-  min_replay_size: int = 5000
-  rate_limiter_error_buffer: Optional[float] = None
+  store_frames_once: bool = True
+  # Returns and targets.
+  discount: float = 0.997
+  n_step: int = 5
   value_rescaling_epsilon: float = 1e-3
-  lstm_units: int = 512
-  head_hidden: int = 512
+  target_update_period: int = 2500
+  # Optimizer.
+  learning_rate: float = 1e-4
+  total_learner_steps: int = 1_000_000
+  optimizer_epsilon: float = 1e-3
+  max_grad_norm: Optional[float] = 40.0
+  # Network.
   torso: Callable[[], keras.layers.Layer] = mlp_torso
+  head_hidden: Tuple[int, ...] = (512,)
+  lstm_units: int = 512
+  # Exploration.
   epsilon_base: float = 0.4
   epsilon_alpha: float = 7.0
   eval_epsilon: float = 1e-3
-  total_learner_steps: int = 1_000_000
-  store_frames_once: bool = True
+  # Misc.
   seed: Optional[int] = None
 
   @property
@@ -124,9 +138,9 @@ class R2D2Config:
       "target_update_period",
       "min_replay_size",
       "lstm_units",
-      "head_hidden",
       "total_learner_steps",
     )
+    self.head_hidden = checks.layer_widths(self, "head_hidden")
     if (
       isinstance(self.burn_in, bool)
       or not isinstance(self.burn_in, int)
@@ -136,12 +150,13 @@ class R2D2Config:
         self, f"burn_in must be an integer >= 0, got {self.burn_in!r}"
       )
     if self.burn_in + self.n_step >= self.unroll_length:
-      raise ValueError(
-        f"R2D2Config: burn_in ({self.burn_in}) + n_step ({self.n_step}) must "
+      checks.fail(
+        self,
+        f"burn_in ({self.burn_in}) + n_step ({self.n_step}) must "
         f"be < unroll_length ({self.unroll_length}): a sequence of "
         f"unroll_length + 1 steps learns on unroll_length + 1 - burn_in - "
         f"n_step steps (the rest warm the LSTM or only bootstrap), so there "
-        f"would be fewer than 2 steps left to learn from"
+        f"would be fewer than 2 steps left to learn from",
       )
     checks.min_replay_size(self)
     checks.discount(self)
@@ -160,7 +175,7 @@ class R2D2Config:
       why="a negative slope gives epsilons above epsilon_base",
     )
     checks.positive(self, "learning_rate")
-    checks.optimizer_epsilon(self, "adam_epsilon")
+    checks.optimizer_epsilon(self, "optimizer_epsilon")
     checks.max_grad_norm(self)
     checks.positive(
       self, "samples_per_insert", why="else training never samples"

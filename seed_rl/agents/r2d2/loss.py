@@ -76,8 +76,8 @@ def r2d2_loss(
   Returns:
     loss: scalar to minimize (gradients flow to the online network only).
     priorities: float32 [B] eta * max|delta| + (1 - eta) * mean|delta|.
-    metrics: scalars 'r2d2/mean_q' (mean Q of the taken actions) and
-      'r2d2/mean_abs_td'.
+    metrics: scalars 'q/mean' (mean Q of the taken actions),
+      'q/target_mean' and 'q/td_error' (mean |TD error|).
   """
   online_state = target_state = seq.core_state
   if burn_in > 0:

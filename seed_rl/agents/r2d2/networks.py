@@ -9,7 +9,7 @@ there too, since that reward belongs to the episode that just ended.
 
 from __future__ import annotations
 
-from typing import Callable, Tuple
+from typing import Callable, List, Sequence, Tuple
 
 import keras
 import tensorflow as tf
@@ -27,7 +27,8 @@ class R2D2Network(keras.layers.Layer):
       features [N, F].
     num_actions: A, size of the discrete action space.
     lstm_units: LSTM size.
-    head_hidden: hidden units of each dueling stream.
+    head_hidden: hidden layer widths of each dueling stream (value and
+      advantage), ReLU; () puts the output layers on the LSTM output.
   """
 
   def __init__(
@@ -35,7 +36,7 @@ class R2D2Network(keras.layers.Layer):
     torso_fn: Callable[[], keras.layers.Layer],
     num_actions: int,
     lstm_units: int,
-    head_hidden: int,
+    head_hidden: Sequence[int],
     **kwargs,
   ):
     super().__init__(**kwargs)
@@ -43,10 +44,26 @@ class R2D2Network(keras.layers.Layer):
     self.lstm_units = int(lstm_units)
     self.torso = torso_fn()
     self.core = keras.layers.LSTMCell(self.lstm_units)
-    self.value_hidden = keras.layers.Dense(head_hidden, activation="relu")
+    self._value_hidden = self._hidden_layers(head_hidden, "value_hidden")
     self.value_out = keras.layers.Dense(1)
-    self.advantage_hidden = keras.layers.Dense(head_hidden, activation="relu")
+    self._advantage_hidden = self._hidden_layers(
+      head_hidden, "advantage_hidden"
+    )
     self.advantage_out = keras.layers.Dense(self.num_actions)
+
+  def _hidden_layers(
+    self, widths: Sequence[int], name: str
+  ) -> List[keras.layers.Layer]:
+    """ReLU Dense layers, each also an attribute of its own (`name`,
+    `name_1`, ...): tf.train.Checkpoint does not see layers held only in a
+    Python list of a Keras 3 layer, and one hidden layer keeps the attribute
+    (and checkpoint path) it had when head_hidden was a single width."""
+    layers = []
+    for i, units in enumerate(widths):
+      layer = keras.layers.Dense(int(units), activation="relu")
+      setattr(self, name if i == 0 else f"{name}_{i}", layer)
+      layers.append(layer)
+    return layers
 
   def initial_state(self, batch_size) -> State:
     zeros = tf.zeros([batch_size, self.lstm_units], tf.float32)
@@ -68,8 +85,13 @@ class R2D2Network(keras.layers.Layer):
 
   def _head(self, output):
     """Dueling: V(s) + A(s, a) - mean_a A(s, a); [N, units] -> [N, A]."""
-    value = self.value_out(self.value_hidden(output))
-    advantage = self.advantage_out(self.advantage_hidden(output))
+    value, advantage = output, output
+    for layer in self._value_hidden:
+      value = layer(value)
+    for layer in self._advantage_hidden:
+      advantage = layer(advantage)
+    value = self.value_out(value)
+    advantage = self.advantage_out(advantage)
     return value + advantage - tf.reduce_mean(advantage, -1, keepdims=True)
 
   def step(self, observation, prev_action, reward, done, state: State):

@@ -63,7 +63,7 @@ class VtraceAgent(Agent):
       num_policy_params=self._distribution.num_params,
       action_features=networks.action_features(self._distribution),
       use_lstm=self.config.use_lstm,
-      lstm_size=self.config.lstm_size,
+      lstm_units=self.config.lstm_units,
       # VtraceConfig.__post_init__ resolves None to `not use_lstm`.
       separate_value_torso=bool(self.config.separate_value_torso),
       name="vtrace_network",
@@ -295,7 +295,7 @@ class VtraceAgent(Agent):
           truncated,
           bootstrap_value,
           discount=cfg.discount,
-          baseline_cost=cfg.baseline_cost,
+          value_cost=cfg.value_cost,
           entropy_cost=cfg.entropy_cost,
           clip_rho_threshold=cfg.clip_rho_threshold,
           clip_c_threshold=cfg.clip_c_threshold,

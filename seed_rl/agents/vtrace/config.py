@@ -12,8 +12,7 @@ from seed_rl.classic.networks import mlp_torso
 from seed_rl.common import config_checks as checks
 
 _OPTIMIZERS = ("adam", "rmsprop")
-_LR_SCHEDULES = ("constant", "linear")
-_REWARD_CLIPPING = ("none", "abs_one", "soft_asymmetric")
+_REWARD_CLIPPING = checks.REWARD_CLIPPING + ("soft_asymmetric",)
 
 
 @gin.configurable
@@ -28,63 +27,77 @@ class VtraceConfig:
   32-env harness these reached a mean return >= 475 after 0.1-0.3 M env steps
   (300-900 learner steps) over 6 seeds.
 
-  Attributes:
-    unroll_length: T, transitions per unroll (unrolls hold T+1 steps).
-    batch_size: unrolls taken from the queue per training round.
-    num_epochs: passes over each round's unrolls (1: each unroll is trained
-      on once, as in IMPALA; more reuses it, V-trace correcting for the
-      policy having moved since acting, like a small replay of recent
-      unrolls).
-    num_minibatches: each pass splits the round's unrolls into this many
-      minibatches of batch_size / num_minibatches unrolls, one learner step
-      (gradient update) each.
-    learning_rate: initial learning rate.
-    lr_schedule: 'constant' or 'linear' (to 0 at total_learner_steps).
-    total_learner_steps: length of the linear schedule in learner steps.
-    optimizer: 'adam' or 'rmsprop'.
-    optimizer_epsilon: denominator epsilon of the optimizer.
-    rmsprop_decay, rmsprop_momentum: RMSProp only.
-    max_grad_norm: global-norm gradient clip; None or 0 disables it.
-    discount: gamma.
-    entropy_cost: weight of the entropy bonus.
-    baseline_cost: weight of 0.5 * (vs - V)^2.
-    clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: V-trace's
-      rho_bar, c_bar and the policy-gradient rho clip.
-    reward_clipping: 'none', 'abs_one' or 'soft_asymmetric' (training targets
-      only; the LSTM's reward input is always clipped to [-1, 1]).
-    use_lstm: add an LSTM core (feeds previous action and reward too).
-    lstm_size: LSTM units.
-    separate_value_torso: give the value head its own torso, so large value
-      errors do not reshape the policy's features (feed-forward only; on
-      CartPole a shared torso plateaus around a return of 250). None picks
-      True without an LSTM and False with one.
-    torso: factory of the observation torso, e.g. mlp_torso or atari_torso.
-    queue_capacity: unrolls buffered before add_unrolls blocks the actors.
+  Attributes, grouped in the same order in every agent's config:
+    Data:
+      unroll_length: T, transitions per unroll (unrolls hold T+1 steps).
+      batch_size: unrolls taken from the queue per training round.
+      num_epochs: passes over each round's unrolls (1: each unroll is
+        trained on once, as in IMPALA; more reuses it, V-trace correcting for
+        the policy having moved since acting, like a small replay of recent
+        unrolls).
+      num_minibatches: each pass splits the round's unrolls into this many
+        minibatches of batch_size / num_minibatches unrolls, one learner step
+        (gradient update) each.
+    Returns and targets:
+      discount: gamma per agent step.
+      reward_clipping: 'none', 'abs_one' or 'soft_asymmetric' (training
+        targets only; the LSTM's reward input is always clipped to [-1, 1]).
+    Loss weights and clipping:
+      entropy_cost: weight of the entropy bonus.
+      value_cost: weight of the value loss 0.5 * mean (v_s - V(x_s))^2, the
+        squared error to the V-trace targets v_s (IMPALA's baseline cost).
+      clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: V-trace's
+        rho_bar, c_bar and the policy-gradient rho clip.
+    Optimizer:
+      learning_rate: initial learning rate.
+      lr_schedule: 'constant' or 'linear' (to 0 at total_learner_steps).
+      total_learner_steps: length of the linear schedule in learner steps.
+      optimizer_epsilon: denominator epsilon of the optimizer.
+      max_grad_norm: global-norm gradient clip; None or 0 disables it.
+      optimizer: 'adam' or 'rmsprop'.
+      rmsprop_decay, rmsprop_momentum: RMSProp only.
+    Network:
+      torso: factory of the observation torso, e.g. mlp_torso or
+        atari_torso.
+      use_lstm: add an LSTM core (feeds previous action and reward too).
+      lstm_units: LSTM size.
+      separate_value_torso: give the value head its own torso, so large value
+        errors do not reshape the policy's features (feed-forward only; on
+        CartPole a shared torso plateaus around a return of 250). None picks
+        True without an LSTM and False with one.
+    Misc:
+      queue_capacity: unrolls buffered before add_unrolls blocks the actors.
   """
 
+  # Data.
   unroll_length: int = 20
   batch_size: int = 16
   num_epochs: int = 1
   num_minibatches: int = 1
-  learning_rate: float = 4e-3
-  lr_schedule: str = "linear"
-  total_learner_steps: int = 2000
-  optimizer: str = "adam"
-  optimizer_epsilon: float = 1e-5
-  rmsprop_decay: float = 0.99
-  rmsprop_momentum: float = 0.0
-  max_grad_norm: Optional[float] = 1.0
+  # Returns and targets.
   discount: float = 0.99
+  reward_clipping: str = "none"
+  # Loss weights and clipping.
   entropy_cost: float = 0.001
-  baseline_cost: float = 0.5
+  value_cost: float = 0.5
   clip_rho_threshold: float = 1.0
   clip_c_threshold: float = 1.0
   clip_pg_rho_threshold: float = 1.0
-  reward_clipping: str = "none"
-  use_lstm: bool = False
-  lstm_size: int = 256
-  separate_value_torso: Optional[bool] = None
+  # Optimizer.
+  learning_rate: float = 4e-3
+  lr_schedule: str = "linear"
+  total_learner_steps: int = 2000
+  optimizer_epsilon: float = 1e-5
+  max_grad_norm: Optional[float] = 1.0
+  optimizer: str = "adam"
+  rmsprop_decay: float = 0.99
+  rmsprop_momentum: float = 0.0
+  # Network.
   torso: Callable[[], keras.layers.Layer] = mlp_torso
+  use_lstm: bool = False
+  lstm_units: int = 256
+  separate_value_torso: Optional[bool] = None
+  # Misc.
   queue_capacity: int = 64
 
   def __post_init__(self):
@@ -96,7 +109,7 @@ class VtraceConfig:
       "num_minibatches",
       "total_learner_steps",
       "queue_capacity",
-      "lstm_size",
+      "lstm_units",
     )
     checks.queue_capacity(self)
     if self.batch_size % self.num_minibatches:
@@ -106,7 +119,7 @@ class VtraceConfig:
         f"of num_minibatches ({self.num_minibatches})",
       )
     checks.positive(self, "learning_rate")
-    checks.choice(self, "lr_schedule", _LR_SCHEDULES)
+    checks.choice(self, "lr_schedule", checks.LR_SCHEDULES)
     checks.choice(self, "optimizer", _OPTIMIZERS)
     checks.optimizer_epsilon(self, "optimizer_epsilon")
     for name in ("rmsprop_decay", "rmsprop_momentum"):
@@ -119,7 +132,7 @@ class VtraceConfig:
     checks.non_negative(
       self,
       "entropy_cost",
-      "baseline_cost",
+      "value_cost",
       why="a negative weight flips the objective",
     )
     checks.positive(

@@ -80,7 +80,7 @@ def impala_loss(
   bootstrap_value: tf.Tensor,
   *,
   discount: float,
-  baseline_cost: float,
+  value_cost: float,
   entropy_cost: float,
   clip_rho_threshold: float = 1.0,
   clip_c_threshold: float = 1.0,
@@ -99,7 +99,7 @@ def impala_loss(
     terminated, truncated: bool [T+1, B].
     bootstrap_value: [T+1, B].
     discount: gamma in (0, 1].
-    baseline_cost: weight of 0.5 * (vs - V)^2.
+    value_cost: weight of the value loss 0.5 * mean (vs - V)^2.
     entropy_cost: weight of the entropy bonus.
     clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: V-trace clips.
 
@@ -133,15 +133,15 @@ def impala_loss(
   )
 
   policy_loss = -tf.reduce_mean(target_log_prob * pg_advantages)
-  baseline_loss = baseline_cost * 0.5 * tf.reduce_mean(tf.square(vs - values))
+  value_loss = value_cost * 0.5 * tf.reduce_mean(tf.square(vs - values))
   entropy = tf.reduce_mean(distribution.entropy(params_t))
   entropy_loss = -entropy_cost * entropy
-  total = policy_loss + baseline_loss + entropy_loss
+  total = policy_loss + value_loss + entropy_loss
 
   rhos = tf.exp(log_rhos)
   metrics = {
     "loss/policy": policy_loss,
-    "loss/value": baseline_loss,
+    "loss/value": value_loss,
     "loss/entropy": entropy_loss,
     "loss/total": total,
     "policy/entropy": entropy,

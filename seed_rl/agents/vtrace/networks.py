@@ -49,7 +49,7 @@ class ActorCriticNetwork(keras.layers.Layer):
     num_policy_params: int,
     action_features: Callable[[tf.Tensor], tf.Tensor],
     use_lstm: bool = False,
-    lstm_size: int = 256,
+    lstm_units: int = 256,
     separate_value_torso: bool = False,
     **kwargs,
   ):
@@ -61,7 +61,7 @@ class ActorCriticNetwork(keras.layers.Layer):
       action_features: maps actions [N, *action_shape] to float [N, K]
         (one-hot for discrete actions), the LSTM's previous-action input.
       use_lstm: put an LSTM core between the torso and the heads.
-      lstm_size: LSTM units.
+      lstm_units: LSTM units.
       separate_value_torso: give the baseline its own torso (feed-forward
         only), so large value errors do not reshape the policy's features.
     """
@@ -70,19 +70,21 @@ class ActorCriticNetwork(keras.layers.Layer):
       raise ValueError(
         f"num_policy_params must be >= 1, got {num_policy_params}"
       )
-    if use_lstm and lstm_size < 1:
-      raise ValueError(f"lstm_size must be >= 1 with use_lstm, got {lstm_size}")
+    if use_lstm and lstm_units < 1:
+      raise ValueError(
+        f"lstm_units must be >= 1 with use_lstm, got {lstm_units}"
+      )
     if use_lstm and separate_value_torso:
       raise ValueError(
         "separate_value_torso needs a feed-forward network; "
         "with use_lstm the value head shares the LSTM core"
       )
     self.use_lstm = bool(use_lstm)
-    self.lstm_size = int(lstm_size)
+    self.lstm_units = int(lstm_units)
     self._action_features = action_features
     self.torso = torso_fn()
     self.value_torso = torso_fn() if separate_value_torso else None
-    self.core = keras.layers.LSTMCell(lstm_size) if use_lstm else None
+    self.core = keras.layers.LSTMCell(lstm_units) if use_lstm else None
     # A near-zero policy init starts from an almost uniform policy, so early
     # importance weights and entropy are well behaved.
     self.policy_head = keras.layers.Dense(
@@ -97,7 +99,7 @@ class ActorCriticNetwork(keras.layers.Layer):
     """Zero core state: (h [B, H], c [B, H]) with an LSTM, else ()."""
     if not self.use_lstm:
       return ()
-    zeros = tf.zeros([batch_size, self.lstm_size], tf.float32)
+    zeros = tf.zeros([batch_size, self.lstm_units], tf.float32)
     return (zeros, zeros)
 
   def _core_inputs(self, observation, prev_action, reward, done):
