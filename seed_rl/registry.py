@@ -38,6 +38,13 @@ AGENTS = {
   "ppo": "seed_rl.agents.ppo",
   "r2d2": "seed_rl.agents.r2d2",
   "dqn": "seed_rl.agents.dqn",
+  "sac": "seed_rl.agents.sac",
+  "td3": "seed_rl.agents.td3",
+  # DDPG is TD3 with twin critics, target smoothing and delay off, set by
+  # the <domain>/gin/ddpg.gin files.
+  "ddpg": "seed_rl.agents.td3",
+  "a2c": "seed_rl.agents.a2c",
+  "acer": "seed_rl.agents.acer",
 }
 # Modules whose gin configurables a learner-side gin file may bind.
 LEARNER_GIN_MODULES = (

@@ -20,6 +20,7 @@ from seed_rl.agents.dqn import networks
 from seed_rl.agents.dqn import targets
 from seed_rl.agents.dqn.config import DQNConfig
 from seed_rl.classic.networks import mlp_torso
+from seed_rl.common import transitions
 from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 
@@ -104,7 +105,7 @@ def _random_case(seed, steps=12, batch=5, actions=3, p_end=0.15):
 
 
 def _targets_via_transitions(case, gamma, n, double_q, rescale):
-  returns, discount, index = targets.nstep_transitions(
+  returns, discount, index = transitions.nstep_transitions(
     case["reward"],
     case["terminated"],
     case["truncated"],
@@ -132,15 +133,6 @@ def test_targets_match_numpy_reference(n, rescale, double_q):
   want = reference_targets(
     **case, gamma=0.9, n=n, double_q=double_q, rescale=rescale
   )
-  got = targets.n_step_double_q_targets(
-    **{k: tf.constant(v) for k, v in case.items()},
-    discount=0.9,
-    n_step=n,
-    double_q=double_q,
-    rescale=rescale,
-    eps=EPS,
-  ).numpy()
-  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   got = _targets_via_transitions(case, 0.9, n, double_q, rescale)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -156,9 +148,15 @@ def test_targets_end_inside_the_window_by_hand():
   bootstrap[5, 0] = 10.0
   q = np.zeros((7, 1, 2), np.float32)
   q[:, 0, 1] = 100.0  # any bootstrap from an observation adds 12.5
-  got = targets.n_step_double_q_targets(
-    r, term, trunc, bootstrap, q, q, discount=0.5, n_step=3
-  ).numpy()[:, 0]
+  case = dict(
+    reward=r,
+    terminated=term,
+    truncated=trunc,
+    bootstrap_value=bootstrap,
+    online_q=q,
+    target_q=q,
+  )
+  got = _targets_via_transitions(case, 0.5, 3, True, False)[:, 0]
   want = [
     1 + 0.5 * 2,  # t=0: ends by termination at 2
     2,  # t=1: ends at 2
@@ -167,22 +165,14 @@ def test_targets_end_inside_the_window_by_hand():
   ]
   np.testing.assert_allclose(got, want, rtol=1e-6)
   # No end: bootstraps gamma^3 * 100 from step t+3.
-  clean = targets.n_step_double_q_targets(
-    r,
-    np.zeros_like(term),
-    np.zeros_like(trunc),
-    bootstrap,
-    q,
-    q,
-    discount=0.5,
-    n_step=3,
-  ).numpy()[:, 0]
+  case.update(terminated=np.zeros_like(term), truncated=np.zeros_like(trunc))
+  clean = _targets_via_transitions(case, 0.5, 3, True, False)[:, 0]
   np.testing.assert_allclose(clean[0], 1 + 1 + 1 + 12.5)
 
 
 def test_targets_reject_bad_shapes():
   with pytest.raises(ValueError, match="unroll_length must be >= n_step"):
-    targets.nstep_transitions(
+    transitions.nstep_transitions(
       np.zeros((3, 1)),
       np.zeros((3, 1), bool),
       np.zeros((3, 1), bool),
@@ -191,7 +181,7 @@ def test_targets_reject_bad_shapes():
       3,
     )
   with pytest.raises(ValueError, match="terminated"):
-    targets.nstep_transitions(
+    transitions.nstep_transitions(
       np.zeros((5, 2)),
       np.zeros((5, 1), bool),
       np.zeros((5, 2), bool),

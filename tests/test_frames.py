@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from seed_rl.common import frames as frames_lib
+from seed_rl.common import transitions
+from seed_rl.common.agent_api import Unroll
 
 
 def _stacked_unrolls(rng, batch, steps, depth=4, size=3):
@@ -61,3 +63,83 @@ def test_blocks_for_keeps_fifo_items_alive():
   # 10 items per block, FIFO of 95 items: after any number of inserts the
   # live items span at most 11 blocks, and one more is being written.
   assert frames_lib.FrameBlockStore.blocks_for(95, 10) == 12
+
+
+def _unroll_of(obs, done, rng):
+  batch, steps = done.shape
+  by_termination = rng.random((batch, steps)) < 0.5
+  return Unroll(
+    env_ids=np.arange(batch, dtype=np.int32),
+    observation=obs,
+    reward=rng.normal(size=(batch, steps)).astype(np.float32),
+    terminated=done & by_termination,
+    truncated=done & ~by_termination,
+    bootstrap_value=np.zeros((batch, steps), np.float32),
+    prev_action=np.zeros((batch, steps), np.int32),
+    action=rng.integers(0, 3, (batch, steps)).astype(np.int32),
+    value=np.zeros((batch, steps), np.float32),
+    extras={},
+    core_state=(),
+    policy_version=np.zeros((batch, steps), np.int64),
+  )
+
+
+def _replay(frame_stack_shape, capacity=100):
+  return transitions.TransitionReplay(
+    capacity,
+    batch_size=8,
+    min_replay_size=8,
+    samples_per_insert=1e6,  # never makes add() wait
+    error_buffer=1e9,
+    num_envs=3,
+    unroll_length=8,
+    discount=0.9,
+    n_step=2,
+    seed=0,
+    frame_stack_shape=frame_stack_shape,
+  )
+
+
+def test_transition_replay_stores_frames_once_and_rebuilds_the_same_items():
+  """Frames once vs whole stacks: the same transitions, slot for slot, over
+  more unrolls than the replay holds (FIFO eviction of blocks included)."""
+  rng = np.random.default_rng(3)
+  once, whole = _replay((12, 12, 4)), _replay(None)
+  for _ in range(8):  # 8 x 3 unrolls x 7 transitions > capacity 100
+    obs, done = _stacked_unrolls(rng, 3, 9, size=12)
+    unroll = _unroll_of(obs, done & (np.arange(9) > 0), rng)
+    # Step 0's flags describe the previous unroll's last transition; keep
+    # them out so the stacks follow the runtime's layout.
+    assert once.add(unroll) == whole.add(unroll) == 21
+  stored = once.replay._storage  # pylint: disable=protected-access
+  plain = whole.replay._storage  # pylint: disable=protected-access
+  assert "observation" not in stored and "block" in stored
+  assert once.frames is not None
+  for name, step in (
+    ("observation", "step"),
+    ("next_observation", "next_step"),
+  ):
+    np.testing.assert_array_equal(
+      once.frames.stacks(stored["block"], stored[step]), plain[name]
+    )
+  for name in ("action", "return", "discount"):
+    np.testing.assert_array_equal(stored[name], plain[name])
+  keys, items, _ = once.sample_with_keys()
+  assert items["observation"].shape == (8, 12, 12, 4)
+  slots = keys % 100
+  np.testing.assert_array_equal(
+    items["observation"], plain["observation"][slots]
+  )
+  # Memory: blocks of 9 + 3 frames per 7 transitions (1.7 frames; 2 spare
+  # blocks at this tiny capacity) vs 2 stacks of 4 frames each (8).
+  assert once.frames.nbytes < 0.3 * 2 * plain["observation"].nbytes
+
+
+def test_transition_replay_drops_unrolls_with_a_foreign_stack_layout():
+  rng = np.random.default_rng(4)
+  replay = _replay((12, 12, 4))
+  obs, done = _stacked_unrolls(rng, 3, 9, size=12)
+  obs[1, 5, ..., 0] ^= 1  # an older slot disagreeing with an earlier frame
+  unroll = _unroll_of(obs, done & (np.arange(9) > 0), rng)
+  assert replay.add(unroll) == 14
+  assert replay.metrics()["replay/dropped_unrolls"] == 1.0

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from seed_rl.agents.r2d2 import exploration
 from seed_rl.common import frames as frames_lib
+from seed_rl.common import q_learning
 from seed_rl.agents.r2d2 import loss as loss_lib
 from seed_rl.agents.r2d2 import networks
 from seed_rl.agents.r2d2 import targets
@@ -96,7 +97,7 @@ def _random_episode_data(rng, steps, batch, actions, p_end=0.15):
 def _tf_targets(
   reward, terminated, truncated, bootstrap_value, q_online, q_target, gamma, n
 ):
-  next_value = targets.double_q_values(
+  next_value = q_learning.double_q_values(
     tf.constant(q_online), tf.constant(q_target)
   )
   return targets.n_step_targets(
@@ -335,7 +336,7 @@ def test_burn_in_produces_no_gradients():
       terminated,
       truncated,
       boot,
-      targets.double_q_values(tf.stop_gradient(q_online), q_target),
+      q_learning.double_q_values(tf.stop_gradient(q_online), q_target),
       0.9,
       2,
       EPS,

@@ -25,6 +25,7 @@ from seed_rl.common import optimizers
 from seed_rl.common import replay as replay_lib
 from seed_rl.common import schedules
 from seed_rl.common import target_network
+from seed_rl.common import transitions
 from seed_rl.common import value_rescaling
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.specs import ArraySpec
@@ -62,21 +63,31 @@ class DQNAgent(Agent):
       variables=self._online.trainable_variables,
     )
     self._step_counter = optimizers.learner_step_counter()
-    self._replay = replay_lib.PrioritizedReplay(
+    frame_stack_shape = None
+    if cfg.store_frames_once:
+      shape = observation_spec.shape
+      if observation_spec.dtype != np.uint8 or len(shape) != 3:
+        raise ValueError(
+          "DQNConfig.store_frames_once needs stacked uint8 frames [H, W, k] "
+          f"(Atari, LearnerConfig.frame_stack), got "
+          f"{np.dtype(observation_spec.dtype).name} {list(shape)}"
+        )
+      frame_stack_shape = tuple(shape)
+    self._data = transitions.TransitionReplay(
       cfg.replay_capacity,
+      cfg.batch_size,
+      cfg.min_replay_size,
+      cfg.samples_per_insert,
+      cfg.rate_limiter_error_buffer,
+      num_envs,
+      cfg.unroll_length,
+      cfg.discount,
+      cfg.n_step,
+      seed=cfg.seed,
+      prioritized=cfg.prioritized,
       priority_exponent=cfg.priority_exponent,
       importance_sampling_exponent=cfg.importance_sampling_exponent,
-      uniform=not cfg.prioritized,
-      seed=cfg.seed,
-    )
-    transitions_per_round = num_envs * (cfg.unroll_length + 1 - cfg.n_step)
-    error_buffer = cfg.rate_limiter_error_buffer
-    if error_buffer is None:
-      error_buffer = max(
-        float(cfg.batch_size), cfg.samples_per_insert * transitions_per_round
-      )
-    self._limiter = replay_lib.RateLimiter(
-      cfg.samples_per_insert, cfg.min_replay_size, error_buffer
+      frame_stack_shape=frame_stack_shape,
     )
     self._rng = np.random.default_rng(cfg.seed)
     self._act_fn = self._make_act_fn()
@@ -113,11 +124,11 @@ class DQNAgent(Agent):
 
   @property
   def replay(self) -> replay_lib.PrioritizedReplay:
-    return self._replay
+    return self._data.replay
 
   @property
   def rate_limiter(self) -> replay_lib.RateLimiter:
-    return self._limiter
+    return self._data.limiter
 
   def epsilon(self, learner_step: Optional[int] = None) -> float:
     """Exploration epsilon, linear in learner steps."""
@@ -162,57 +173,39 @@ class DQNAgent(Agent):
     agent_api.check_unroll(
       unrolls, self.unroll_length, self.observation_spec, self.action_spec
     )
-    items = self.unrolls_to_transitions(unrolls)
-    num = int(items["action"].shape[0])
-    # Insert first, then wait: the limiter never counts transitions the
-    # replay does not hold yet, and acting still pauses while training lags.
-    self._replay.insert(items)
-    self._limiter.await_insert(num)
+    self._data.add(
+      unrolls, action=self._stored_action(unrolls), reward=self._reward(unrolls)
+    )
+
+  def _stored_action(self, unrolls: Unroll) -> np.ndarray:
+    return np.asarray(unrolls.action).astype(np.int32)
+
+  def _reward(self, unrolls: Unroll) -> np.ndarray:
+    reward = np.asarray(unrolls.reward, np.float32)
+    if self.config.reward_clipping == "abs_one":
+      reward = np.clip(reward, -1.0, 1.0)
+    return reward
 
   def unrolls_to_transitions(self, unrolls: Unroll) -> Dict[str, np.ndarray]:
-    """The n-step transitions starting at steps 0..T-n of each unroll.
-
-    Consecutive unrolls overlap by n steps, so every env step starts exactly
-    one stored transition. Returns name -> [B * (T+1-n), ...], batch-major
-    (env 0's transitions first, in time order).
-    """
-    cfg = self.config
-    reward = np.asarray(unrolls.reward, np.float32)
-    if cfg.reward_clipping == "abs_one":
-      reward = np.clip(reward, -1.0, 1.0)
-    returns, discount, index = targets_lib.nstep_transitions(
-      reward.T,
-      unrolls.terminated.T,
-      unrolls.truncated.T,
-      np.asarray(unrolls.bootstrap_value, np.float32).T,
-      cfg.discount,
-      cfg.n_step,
+    """The n-step transitions starting at steps 0..T-n of each unroll, as
+    `transitions.unroll_transitions` cuts them (observations included)."""
+    return transitions.unroll_transitions(
+      unrolls,
+      self.config.discount,
+      self.config.n_step,
+      action=self._stored_action(unrolls),
+      reward=self._reward(unrolls),
     )
-    batch, starts = unrolls.batch_size, returns.shape[0]
-    rows = np.arange(batch)[:, None]
-
-    def flat(x):
-      return x.reshape((batch * starts,) + x.shape[2:])
-
-    return {
-      "observation": flat(unrolls.observation[:, :starts]),
-      "action": flat(unrolls.action[:, :starts]).astype(np.int32),
-      "return": flat(returns.T),
-      "discount": flat(discount.T),
-      "next_observation": flat(unrolls.observation[rows, index.T]),
-      "policy_version": flat(
-        np.asarray(unrolls.policy_version[:, :starts], np.int64)
-      ),
-    }
 
   def train_step(self) -> Mapping[str, float]:
     cfg = self.config
-    if not self._limiter.await_sample(cfg.batch_size):
-      return {}
     step = int(self._step_counter.numpy())
     beta = self.importance_sampling_exponent(step)
-    self._replay.set_importance_sampling_exponent(beta)
-    keys, items, weights = self._replay.sample(cfg.batch_size)
+    self._data.replay.set_importance_sampling_exponent(beta)
+    sampled = self._data.sample_with_keys()
+    if sampled is None:
+      return {}
+    keys, items, weights = sampled
     td_error, metrics = self._train_fn(
       items["observation"],
       items["action"],
@@ -223,19 +216,18 @@ class DQNAgent(Agent):
     )
     td_error = td_error.numpy()
     if cfg.prioritized:
-      self._replay.update_priorities(
+      self._data.replay.update_priorities(
         keys, np.abs(td_error) + cfg.priority_epsilon
       )
     if (step + 1) % cfg.target_update_period == 0:
       self._sync_target()
     result = {name: float(value) for name, value in metrics.items()}
     result[agent_api.SAMPLES_METRIC] = float(cfg.batch_size)
-    result.update(self._limiter.metrics())
+    result.update(self._data.metrics())
     result.update(
       {
-        "replay/size": float(len(self._replay)),
         "replay/importance_sampling_exponent": beta,
-        "replay/priority_max": self._replay.max_priority,
+        "replay/priority_max": self._data.replay.max_priority,
         "policy/epsilon": self.epsilon(step),
         # With replay this is the age of the sampled data in learner steps
         # (about replay_capacity / 2 / env steps per learner step when full).
@@ -261,7 +253,7 @@ class DQNAgent(Agent):
     }
 
   def stop(self) -> None:
-    self._limiter.stop()
+    self._data.stop()
 
   # ---- compiled functions ------------------------------------------------
 

@@ -43,6 +43,9 @@ class DQNConfig:
       importance_sampling_exponent: beta at step 0, linearly annealed to 1 at
         total_learner_steps.
       priority_epsilon: added to |TD error| so no priority is 0.
+      store_frames_once: for stacked uint8 frames [H, W, k], store each
+        unroll's frames once and rebuild the stacks of sampled transitions
+        (~1.1-1.3 frames per transition instead of 2k).
     Returns and targets:
       discount: gamma per agent step.
       n_step: transitions span n rewards.
@@ -90,6 +93,7 @@ class DQNConfig:
   priority_exponent: float = 0.5
   importance_sampling_exponent: float = 0.4
   priority_epsilon: float = 1e-6
+  store_frames_once: bool = False
   # Returns and targets.
   discount: float = 0.99
   n_step: int = 3

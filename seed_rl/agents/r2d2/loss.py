@@ -15,6 +15,7 @@ from typing import Dict, NamedTuple, Tuple
 import tensorflow as tf
 
 from seed_rl.agents.r2d2 import targets as targets_lib
+from seed_rl.common import q_learning
 from seed_rl.agents.r2d2.networks import R2D2Network, State
 
 
@@ -89,7 +90,7 @@ def r2d2_loss(
   # Both [L + n, B, A] with L learning steps followed by n bootstrap steps.
   q_online, _ = online.unroll(*suffix, online_state)
   q_target, _ = target.unroll(*suffix, target_state)
-  next_value = targets_lib.double_q_values(
+  next_value = q_learning.double_q_values(
     tf.stop_gradient(q_online), tf.stop_gradient(q_target)
   )
   y = tf.stop_gradient(

@@ -27,12 +27,6 @@ import tensorflow as tf
 from seed_rl.common import value_rescaling
 
 
-def double_q_values(q_online: tf.Tensor, q_target: tf.Tensor) -> tf.Tensor:
-  """Q_target(s, argmax_a Q_online(s, a)): [T, B, A] x2 -> [T, B]."""
-  best = tf.argmax(q_online, axis=-1, output_type=tf.int32)
-  return tf.gather(q_target, best, axis=-1, batch_dims=2)
-
-
 def n_step_targets(
   reward: tf.Tensor,
   terminated: tf.Tensor,

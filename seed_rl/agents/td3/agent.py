@@ -1,0 +1,348 @@
+"""TD3 (and DDPG) as the learner runtime drives it.
+
+Data flow: `act` (inference thread) returns the actor's action plus Gaussian
+exploration noise for training envs (uniform over the Box for the first
+`random_steps` env steps, the noise-free action for evaluation envs) and
+reports min_j Q_j(s, mu(s)) (Q_1 without twins), which the runtime keeps as
+the bootstrap value of truncated episodes; `add_unrolls` (inference thread)
+cuts unrolls into n-step transitions (seed_rl.common.transitions:
+terminations never bootstrap, truncations bootstrap from that value) into
+uniform replay behind the rate limiter; `train_step` (training thread)
+updates the critics every learner step and, on steps divisible by
+`policy_delay`, the actor and then all target networks (Polyak). One
+learner step is one compiled graph call.
+
+Random steps are counted as in SAC: transitions inserted into replay, in a
+checkpointed variable.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import tensorflow as tf
+
+from seed_rl.agents.sac.agent import make_generator
+from seed_rl.agents.td3 import loss as loss_lib
+from seed_rl.agents.td3 import networks
+from seed_rl.agents.td3.config import TD3Config
+from seed_rl.common import agent_api
+from seed_rl.common import diagnostics
+from seed_rl.common import optimizers
+from seed_rl.common import target_network
+from seed_rl.common import transitions
+from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
+from seed_rl.common.specs import ArraySpec
+
+
+class TD3Agent(Agent):
+  """TD3: twin critics, target policy smoothing, delayed actor updates;
+  DDPG when the config turns those off."""
+
+  def __init__(
+    self,
+    observation_spec: ArraySpec,
+    action_spec: ArraySpec,
+    num_envs: int,
+    config: Optional[TD3Config] = None,
+  ):
+    super().__init__(observation_spec, action_spec, num_envs)
+    cfg = self.config = config if config is not None else TD3Config()
+    self.box = networks.BoxScaling(
+      action_spec, "DDPG" if cfg.is_ddpg else "TD3"
+    )
+    self.unroll_length = cfg.unroll_length
+    self.unroll_overlap = cfg.unroll_overlap
+    self.action_size = self.box.action_size
+
+    def actor(name):
+      network = networks.DeterministicPolicy(
+        cfg.torso, self.action_size, cfg.head_hidden, name=name
+      )
+      networks.build(network, observation_spec)
+      return network
+
+    def critic(name):
+      network = networks.QNetwork(cfg.torso, cfg.head_hidden, name=name)
+      networks.build(network, observation_spec, self.action_size)
+      return network
+
+    self._actor = actor("td3_actor")
+    self._target_actor = actor("td3_target_actor")
+    num_critics = 2 if cfg.twin_critics else 1
+    self._critics = [critic(f"td3_critic_{i + 1}") for i in range(num_critics)]
+    self._target_critics = [
+      critic(f"td3_target_critic_{i + 1}") for i in range(num_critics)
+    ]
+    self._critic_variables = [
+      v for c in self._critics for v in c.trainable_variables
+    ]
+    # Online -> target pairs, actor first: what one Polyak update moves.
+    self._online_variables = (
+      list(self._actor.trainable_variables) + self._critic_variables
+    )
+    self._target_variables = list(self._target_actor.trainable_variables) + [
+      v for c in self._target_critics for v in c.trainable_variables
+    ]
+    target_network.hard_update(self._online_variables, self._target_variables)
+
+    def adam(learning_rate, variables):
+      return optimizers.make_optimizer(
+        "adam",
+        learning_rate,
+        epsilon=cfg.optimizer_epsilon,
+        max_grad_norm=cfg.max_grad_norm,
+        variables=variables,
+      )
+
+    self._critic_optimizer = adam(cfg.learning_rate, self._critic_variables)
+    self._actor_optimizer = adam(
+      cfg.policy_learning_rate, self._actor.trainable_variables
+    )
+    self._step_counter = optimizers.learner_step_counter()
+    self._env_steps = tf.Variable(
+      0, dtype=tf.int64, trainable=False, name="inserted_env_steps"
+    )
+    self._data = transitions.TransitionReplay(
+      cfg.replay_capacity,
+      cfg.batch_size,
+      cfg.min_replay_size,
+      cfg.samples_per_insert,
+      cfg.rate_limiter_error_buffer,
+      num_envs,
+      cfg.unroll_length,
+      cfg.discount,
+      cfg.n_step,
+      seed=cfg.seed,
+    )
+    self._act_generator = make_generator(cfg.seed, 0)
+    self._train_generator = make_generator(cfg.seed, 1)
+    self._act_fn = self._make_act_fn()
+    self._train_fns = {
+      True: self._make_train_fn(update_actor=True),
+      False: self._make_train_fn(update_actor=False),
+    }
+
+  # ---- Agent API ---------------------------------------------------------
+
+  @property
+  def step_counter(self) -> tf.Variable:
+    return self._step_counter
+
+  @property
+  def actor(self) -> networks.DeterministicPolicy:
+    return self._actor
+
+  @property
+  def target_actor(self) -> networks.DeterministicPolicy:
+    return self._target_actor
+
+  @property
+  def critics(self):
+    return tuple(self._critics)
+
+  @property
+  def target_critics(self):
+    return tuple(self._target_critics)
+
+  @property
+  def replay(self):
+    return self._data.replay
+
+  @property
+  def env_steps(self) -> int:
+    """Env steps counted so far (transitions inserted into replay)."""
+    return int(self._env_steps.numpy())
+
+  def random_phase(self) -> bool:
+    return self.env_steps < self.config.random_steps
+
+  def act(self, inputs: ActInputs) -> ActOutputs:
+    inputs = agent_api.check_act_inputs(inputs, self.observation_spec)
+    action, value = self._act_fn(
+      inputs.observation, inputs.eval_mask, tf.constant(self.random_phase())
+    )
+    return ActOutputs(
+      action=self.box.to_env(action.numpy()),
+      value=value.numpy(),
+      extras={},
+      core_state=(),
+    )
+
+  def add_unrolls(self, unrolls: Unroll) -> None:
+    agent_api.check_unroll(
+      unrolls, self.unroll_length, self.observation_spec, self.action_spec
+    )
+    # Counted before the insert, which may block on the rate limiter.
+    self._env_steps.assign_add(
+      unrolls.batch_size * (self.unroll_length + 1 - self.unroll_overlap)
+    )
+    self._data.add(unrolls, action=self.box.from_env(unrolls.action))
+
+  def train_step(self) -> Mapping[str, float]:
+    cfg = self.config
+    items = self._data.sample()
+    if items is None:
+      return {}
+    step = int(self._step_counter.numpy())
+    train_fn = self._train_fns[step % cfg.policy_delay == 0]
+    metrics = train_fn(
+      items["observation"],
+      items["action"],
+      items["return"],
+      items["discount"],
+      items["next_observation"],
+    )
+    result = {name: float(value) for name, value in metrics.items()}
+    result[agent_api.SAMPLES_METRIC] = float(cfg.batch_size)
+    result.update(self._data.metrics())
+    result["perf/policy_lag"] = agent_api.policy_lag(
+      step, items["policy_version"]
+    )
+    return result
+
+  def checkpoint_objects(self) -> Dict[str, Any]:
+    # Replay contents are not checkpointed (a restored run refills replay);
+    # variable lists are explicit as in DQN, for the target networks.
+    objects: Dict[str, Any] = {
+      "actor": self._actor,
+      "target_actor": self._target_actor,
+      "actor_variables": list(self._actor.variables),
+      "target_actor_variables": list(self._target_actor.variables),
+      "critic_optimizer": self._critic_optimizer,
+      "actor_optimizer": self._actor_optimizer,
+      "step": self._step_counter,
+      "inserted_env_steps": self._env_steps,
+    }
+    for i, (c, t) in enumerate(zip(self._critics, self._target_critics)):
+      objects[f"critic_{i + 1}"] = c
+      objects[f"target_critic_{i + 1}"] = t
+      objects[f"critic_{i + 1}_variables"] = list(c.variables)
+      objects[f"target_critic_{i + 1}_variables"] = list(t.variables)
+    return objects
+
+  def stop(self) -> None:
+    self._data.stop()
+
+  # ---- compiled functions ------------------------------------------------
+
+  def _min_q(self, critics, observation, action) -> tf.Tensor:
+    """min_j Q_j(s, a) [B] over the given critics (one: Q_1)."""
+    q = critics[0](observation, action)
+    for critic in critics[1:]:
+      q = tf.minimum(q, critic(observation, action))
+    return q
+
+  def _make_act_fn(self):
+    obs_spec, cfg = self.observation_spec, self.config
+    actor, critics = self._actor, self._critics
+    generator = self._act_generator
+
+    @tf.function(
+      input_signature=[
+        tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype),
+        tf.TensorSpec([None], tf.bool),
+        tf.TensorSpec([], tf.bool),
+      ]
+    )
+    def act_fn(observation, eval_mask, random_phase):
+      """-> action [B, A] in [-1, 1], value [B]."""
+      mu = actor(observation)
+      value = self._min_q(critics, observation, mu)
+      noisy = loss_lib.exploration_action(
+        mu, generator.normal(tf.shape(mu)), cfg.exploration_noise
+      )
+      uniform = generator.uniform(tf.shape(mu), -1.0, 1.0)
+      explore = tf.where(random_phase, uniform, noisy)
+      return tf.where(eval_mask[:, None], mu, explore), value
+
+    return act_fn
+
+  def _make_train_fn(self, update_actor: bool):
+    """One learner step: the critics, then (update_actor) the actor and the
+    Polyak averaging of every target network."""
+    cfg = self.config
+    obs_spec, b, a = self.observation_spec, cfg.batch_size, self.action_size
+    obs_signature = tf.TensorSpec((b,) + obs_spec.shape, obs_spec.dtype)
+    actor, target_actor = self._actor, self._target_actor
+    critics, target_critics = self._critics, self._target_critics
+    critic_variables = self._critic_variables
+    actor_variables = self._actor.trainable_variables
+    generator = self._train_generator
+
+    @tf.function(
+      input_signature=[
+        obs_signature,
+        tf.TensorSpec([b, a], tf.float32),
+        tf.TensorSpec([b], tf.float32),
+        tf.TensorSpec([b], tf.float32),
+        obs_signature,
+      ]
+    )
+    def train_fn(observation, action, returns, discount, next_observation):
+      next_action = loss_lib.smoothed_target_action(
+        target_actor(next_observation),
+        generator.normal([b, a]),
+        cfg.policy_noise,
+        cfg.noise_clip,
+      )
+      next_q = [t(next_observation, next_action) for t in target_critics]
+      target = loss_lib.td3_target(returns, discount, *next_q)
+      with tf.GradientTape() as tape:
+        q = [c(observation, action) for c in critics]
+        critic_loss = loss_lib.critic_loss(q[0], target, *q[1:])
+      critic_grads = tape.gradient(critic_loss, critic_variables)
+      self._critic_optimizer.apply_gradients(
+        zip(critic_grads, critic_variables)
+      )
+      q_mean = tf.add_n(q) / len(q)
+      metrics = {
+        "loss/critic": critic_loss,
+        "q/mean": tf.reduce_mean(q_mean),
+        "q/target_mean": tf.reduce_mean(target),
+        "q/td_error": tf.reduce_mean(
+          tf.add_n([tf.abs(target - qj) for qj in q]) / len(q)
+        ),
+      }
+      total_loss = critic_loss
+      grads, variables = list(critic_grads), list(critic_variables)
+      if update_actor:
+        with tf.GradientTape() as tape:
+          actor_loss = loss_lib.actor_loss(
+            critics[0](observation, actor(observation))
+          )
+        actor_grads = tape.gradient(actor_loss, actor_variables)
+        self._actor_optimizer.apply_gradients(zip(actor_grads, actor_variables))
+        target_network.soft_update(
+          self._online_variables, self._target_variables, cfg.tau
+        )
+        metrics["loss/actor"] = actor_loss
+        total_loss += actor_loss
+        grads += list(actor_grads)
+        variables += list(actor_variables)
+      self._step_counter.assign_add(1)
+      metrics.update(diagnostics.gradient_norms(grads, variables))
+      metrics.update(
+        {
+          "loss/total": total_loss,
+          "opt/learning_rate": tf.convert_to_tensor(
+            self._critic_optimizer.learning_rate
+          ),
+          "errors/nonfinite_updates": tf.cast(
+            self._critic_optimizer.nonfinite_updates
+            + self._actor_optimizer.nonfinite_updates,
+            tf.float32,
+          ),
+        }
+      )
+      return metrics
+
+    return train_fn
+
+
+def create_agent(
+  observation_spec: ArraySpec, action_spec: ArraySpec, num_envs: int
+) -> TD3Agent:
+  """Builds the agent with the gin-bound TD3Config (continuous actions in a
+  bounded Box); the ddpg.gin files configure DDPG."""
+  return TD3Agent(observation_spec, action_spec, num_envs, TD3Config())
