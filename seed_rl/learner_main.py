@@ -112,8 +112,10 @@ def main(argv=None) -> int:
   # TensorFlow and the agent modules load only now (slow imports).
   import importlib  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import devices  # pylint: disable=g-import-not-at-top
   from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
   from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import saved_run  # pylint: disable=g-import-not-at-top
   from seed_rl.common.checkpoints import Checkpointer  # pylint: disable=g-import-not-at-top
   from seed_rl.common.env_state import stacked_observation_spec  # pylint: disable=g-import-not-at-top
   from seed_rl.grpc.server import LearnerServer  # pylint: disable=g-import-not-at-top
@@ -161,11 +163,24 @@ def main(argv=None) -> int:
   num_train_envs = args.num_actors * args.envs_per_actor
   num_envs = num_train_envs + args.num_eval_actors * args.envs_per_actor
   try:
-    agent = agent_module.create_agent(
-      stacked_observation_spec(observation_spec, config.frame_stack),
-      action_spec,
-      num_train_envs,
+    if config.training_devices and not getattr(
+      agent_module, devices.SUPPORTED_AGENTS_ATTR, False
+    ):
+      raise ValueError(
+        f"LearnerConfig.training_devices is not supported by the "
+        f"'{args.agent}' agent (only vtrace trains on several devices); "
+        "unset it to train on one device"
+      )
+    placement = devices.resolve(
+      config.training_devices, config.inference_device
     )
+    metrics.log(f"[learner] {placement.describe()}")
+    with devices.use(placement):
+      agent = agent_module.create_agent(
+        stacked_observation_spec(observation_spec, config.frame_stack),
+        action_spec,
+        num_train_envs,
+      )
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -183,6 +198,17 @@ def main(argv=None) -> int:
       "fresh)"
     )
   gin_utils.write_operative_config(logdir)
+  # What seed_rl.evaluate / seed_rl.export rebuild the agent from.
+  saved_run.write_run_spec(
+    logdir,
+    args.env,
+    args.agent,
+    num_train_envs,
+    num_envs - num_train_envs,
+    args.seed,
+    args.gin_config,
+    args.gin_bindings,
+  )
   writer = metrics.SummaryWriter(logdir)
   learner = learner_lib.Learner(
     agent,

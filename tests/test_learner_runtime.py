@@ -159,10 +159,12 @@ def test_restart_drops_partial_unroll_and_eval_envs_make_none():
   learner, agent = _learner(num_train=1, num_eval=1)
   for _ in range(2):
     learner._infer([_batch([0], [1], [[0, 0]]), _batch([1], [2], [[0, 0]])])
+  assert learner.discarded_partial_unrolls == 0  # first run ids: nothing
   # Env 0's actor restarts: its two buffered steps are dropped.
   for _ in range(3):
     learner._infer([_batch([0], [9], [[0, 0]]), _batch([1], [2], [[0, 0]])])
   assert not agent.unrolls
+  assert learner.discarded_partial_unrolls == 1
   learner._infer([_batch([0], [9], [[0, 0]]), _batch([1], [2], [[0, 0]])])
   (unroll,) = agent.unrolls
   np.testing.assert_array_equal(unroll.env_ids, [0])  # never eval env 1

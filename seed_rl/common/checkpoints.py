@@ -11,6 +11,10 @@ Durable and never half-read:
   - A failed save (full disk, I/O error) warns, removes what it wrote and
     returns None; training goes on and the next interval tries again.
   - Temporary files left by a save that was killed are removed on start.
+
+Fault injection (tests/test_faults.py): $SEED_RL_FAULT_CHECKPOINT_DELAY_S
+makes every save pause that long after writing its files and before the
+index points at them, so a test can kill the learner during a save.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ import logging
 import os
 import re
 import shutil
+import time
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
 _PREFIX = "ckpt"
 _NUMBER = re.compile(rf"{_PREFIX}-(\d+)$")
+_DELAY_ENV = "SEED_RL_FAULT_CHECKPOINT_DELAY_S"
 
 
 def _fsync(path: str) -> None:
@@ -105,6 +111,9 @@ class Checkpointer:
       os.makedirs(self.directory, exist_ok=True)
       self._checkpoint.save_counter.assign(number)
       path = self._checkpoint.write(prefix)
+      delay = float(os.environ.get(_DELAY_ENV) or 0)
+      if delay > 0:
+        time.sleep(delay)
       for name in glob.glob(glob.escape(path) + ".*"):
         _fsync(name)
       _fsync(self.directory)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import gin
 import numpy as np
@@ -51,6 +51,12 @@ class LearnerConfig:
     the actors share, fewer threads spin less.
   max_abs_reward / max_abs_observation: larger magnitudes in an actor's
     message are refused (INVALID_ARGUMENT) before they reach training.
+  training_devices: devices the training step runs on, data parallel under
+    tf.distribute.MirroredStrategy, e.g. ('GPU:0', 'GPU:1'): each batch is
+    split along B, one equal shard per device (V-trace only; see
+    seed_rl/common/devices.py). None: TensorFlow's default device.
+  inference_device: where inference runs; None: the first training device
+    (TensorFlow's default without training_devices).
   """
 
   inference_batch_size: Optional[int] = None
@@ -67,8 +73,19 @@ class LearnerConfig:
   tf_inter_op_threads: Optional[int] = None
   max_abs_reward: float = 1e6
   max_abs_observation: float = 1e6
+  training_devices: Optional[Tuple[str, ...]] = None
+  inference_device: Optional[str] = None
 
   def __post_init__(self):
+    if self.training_devices is not None:
+      if isinstance(self.training_devices, str) or not all(
+        isinstance(d, str) for d in self.training_devices
+      ):
+        raise ValueError(
+          "LearnerConfig.training_devices must be a tuple of device names, "
+          f"e.g. ('GPU:0', 'GPU:1'), or None; got {self.training_devices!r}"
+        )
+      self.training_devices = tuple(self.training_devices) or None
     if self.inference_batch_size is not None and self.inference_batch_size < 1:
       raise ValueError(
         "LearnerConfig.inference_batch_size must be >= 1 or "
@@ -160,6 +177,8 @@ class Learner:
     self._infer_seconds = 0.0
     self._samples_trained = 0.0  # transitions trained on (with reuse)
     self.banner = ""  # appended to every progress line (e.g. a warning)
+    # Unfinished unrolls of envs whose actor restarted (see _infer).
+    self.discarded_partial_unrolls = 0
     # Set when training is over for good (not a restart): actors then exit.
     self.finished = False
     self.finish_on_stop_event = True
@@ -214,7 +233,16 @@ class Learner:
     restarted = st.refresh_run_ids(env_ids, run_ids)
     if restarted.any():
       st.reset(env_ids[restarted])
-      self.unrolls.reset(env_ids[restarted])
+      discarded = self.unrolls.reset(env_ids[restarted])
+      if discarded:
+        # A restarted actor (new run ids): its previous process's
+        # unfinished unrolls are dropped, never trained on.
+        self.discarded_partial_unrolls += discarded
+        ids = env_ids[restarted]
+        metrics_lib.log(
+          f"[learner] envs {int(ids.min())}..{int(ids.max())} restarted "
+          f"(new run ids): discarded {discarded} partial unrolls"
+        )
     # The final observation of a truncated episode is valued with the state
     # of the episode it ends, before that state is reset below.
     final_ids = env_ids[truncated]
@@ -423,6 +451,7 @@ class Learner:
     if env_steps > 0:
       scalars["perf/samples_per_env_step"] = samples / env_steps
     scalars["perf/env_steps"] = self.env_steps
+    scalars["actors/discarded_partial_unrolls"] = self.discarded_partial_unrolls
     if batches:
       scalars["perf/inference_batch_size"] = (
         self._batcher.envs_served - last["envs"]

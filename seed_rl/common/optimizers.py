@@ -83,7 +83,7 @@ def summed_loss_epsilon(epsilon: float, samples_per_loss: int) -> float:
   return float(epsilon) / float(samples_per_loss) ** 2
 
 
-def _tf_variable(variable) -> tf.Variable:
+def tf_variable(variable) -> tf.Variable:
   """The tf.Variable behind a Keras 3 variable (or the variable itself)."""
   if isinstance(variable, tf.Variable):
     return variable
@@ -125,6 +125,12 @@ class Optimizer(tf.Module):
     clock: Optional[tf.Variable] = None,
   ):
     super().__init__(name=f"{name}_optimizer")
+    # Built inside a tf.distribute strategy's scope (a multi-device
+    # learner): the variables are mirrored and updates go through
+    # `strategy.extended.update` (see apply_gradients).
+    self._strategy = (
+      tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
+    )
     # The learner step counter drives the schedule when given (one clock
     # for every schedule of an agent); else the updates applied here.
     self._clock = clock
@@ -160,7 +166,7 @@ class Optimizer(tf.Module):
     self.max_grad_norm = float(max_grad_norm) if max_grad_norm else None
     self.rmsprop_decay, self.momentum = float(rmsprop_decay), float(momentum)
     self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
-    variables = [_tf_variable(v) for v in variables]
+    variables = [tf_variable(v) for v in variables]
     self._refs = [v.ref() for v in variables]
     zeros = lambda v, slot, i: tf.Variable(
       tf.zeros_like(v), trainable=False, name=f"{slot}_{i}"
@@ -181,15 +187,33 @@ class Optimizer(tf.Module):
     """Clips, then applies one update; returns the global norm before clip.
 
     A non-finite norm (some gradient is NaN or inf) skips the update.
+
+    Built under a `tf.distribute.MirroredStrategy` scope, this is called in
+    cross-replica context (outside `strategy.run`) with gradients already
+    all-reduced: `tf.distribute.Mirrored` values (one identical copy per
+    device, e.g. from `strategy.extended.batch_reduce_to`) or plain tensors.
+    The raw `ResourceApply*` kernels need one variable handle per device,
+    which a mirrored variable gives only inside an update context, so each
+    variable is updated through `strategy.extended.update`: the kernel runs
+    once per device on that device's copy of the weights and slots, with
+    that device's copy of the gradient. The clip scale, the step counters
+    and the learning rate are computed once (mirrored variables assigned in
+    cross-replica context update every copy). So the update is applied once,
+    identically, on every copy.
     """
     pairs = [(g, v) for g, v in grads_and_vars if g is not None]
     if not pairs:
       raise ValueError("apply_gradients got no gradients (all None)")
     grads, given = zip(*pairs)
-    variables = [_tf_variable(v) for v in given]
+    variables = [tf_variable(v) for v in given]
     index = {ref: i for i, ref in enumerate(self._refs)}
     slots = [index[v.ref()] for v in variables]
-    norm = tf.linalg.global_norm(grads)
+    if self._strategy is not None:
+      # The norm of the first device's copy (all copies are equal).
+      first = self._strategy.experimental_local_results
+      norm = tf.linalg.global_norm([first(g)[0] for g in grads])
+    else:
+      norm = tf.linalg.global_norm(grads)
     finite = tf.math.is_finite(norm)
 
     def skip():
@@ -203,6 +227,9 @@ class Optimizer(tf.Module):
     return tf.cond(finite, update, skip)
 
   def _apply(self, grads, variables, slots, norm) -> None:
+    if self._strategy is not None:
+      self._apply_mirrored(grads, variables, slots, norm)
+      return
     if self.max_grad_norm:
       grads, _ = tf.clip_by_global_norm(
         grads, self.max_grad_norm, use_norm=norm
@@ -240,6 +267,56 @@ class Optimizer(tf.Module):
           epsilon=self.epsilon,
           grad=tf.cast(g, v.dtype),
         )
+
+  def _apply_mirrored(self, grads, variables, slots, norm) -> None:
+    """`_apply` for mirrored variables (see apply_gradients)."""
+    assert self._strategy is not None
+    scale = None
+    if self.max_grad_norm:
+      # tf.clip_by_global_norm's factor, applied per device below.
+      clip = tf.constant(self.max_grad_norm, norm.dtype)
+      scale = clip * tf.minimum(1.0 / norm, 1.0 / clip)
+    step = tf.convert_to_tensor(self.iterations.assign_add(1))
+    if self._schedule is not None:
+      now = step - 1 if self._clock is None else self._clock
+      self.learning_rate.assign(self._schedule(now))
+    lr = tf.convert_to_tensor(self.learning_rate)
+    t = tf.cast(step, tf.float32)
+    b1_power, b2_power = self.beta_1**t, self.beta_2**t
+
+    def kernel(v, slot_a, slot_b, g):
+      # In the update context: v, slot_a, slot_b and g are this device's.
+      if scale is not None:
+        g = g * scale
+      g = tf.cast(g, v.dtype)
+      if self.kind == "adam":
+        return tf.raw_ops.ResourceApplyAdam(
+          var=v.handle,
+          m=slot_a.handle,
+          v=slot_b.handle,
+          beta1_power=b1_power,
+          beta2_power=b2_power,
+          lr=lr,
+          beta1=self.beta_1,
+          beta2=self.beta_2,
+          epsilon=self.epsilon,
+          grad=g,
+        )
+      return tf.raw_ops.ResourceApplyRMSProp(
+        var=v.handle,
+        ms=slot_a.handle,
+        mom=slot_b.handle,
+        lr=lr,
+        rho=self.rmsprop_decay,
+        momentum=self.momentum,
+        epsilon=self.epsilon,
+        grad=g,
+      )
+
+    for g, v, i in zip(grads, variables, slots):
+      self._strategy.extended.update(
+        v, kernel, args=(self.slot_a[i], self.slot_b[i], g), group=True
+      )
 
 
 def make_optimizer(

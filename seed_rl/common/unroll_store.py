@@ -46,9 +46,15 @@ class UnrollStore:
       for name, value in step.items()
     }
 
-  def reset(self, env_ids: np.ndarray) -> None:
-    """Drops the partial unrolls of `env_ids` (e.g. after an actor restart)."""
+  def reset(self, env_ids: np.ndarray) -> int:
+    """Drops the partial unrolls of `env_ids` (e.g. after an actor restart).
+
+    Returns:
+      How many of these envs held steps (partial unrolls now discarded).
+    """
+    discarded = int(np.count_nonzero(self._pos[env_ids]))
     self._pos[env_ids] = 0
+    return discarded
 
   def append(
     self, env_ids: np.ndarray, step: Dict[str, np.ndarray]

@@ -56,6 +56,18 @@ _RETRIABLE_HELLO_CODES = (
   grpc.StatusCode.DEADLINE_EXCEEDED,
   grpc.StatusCode.ALREADY_EXISTS,
 )
+# RESOURCE_EXHAUSTED with gRPC's concurrency message: every learner worker
+# thread is busy. Idle clients holding them are cancelled by the learner
+# within its first-message timeout (server.FIRST_MESSAGE_TIMEOUT_S, 10 s), so
+# this is retried for a while; longer means too few workers for the actors.
+_BUSY_DETAILS = "Concurrent RPC limit exceeded"
+_BUSY_RETRY_S = 30.0
+
+
+def _learner_busy(error: grpc.RpcError) -> bool:
+  return error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and (
+    _BUSY_DETAILS in (error.details() or "")
+  )
 
 
 class _RequestQueue:
@@ -241,6 +253,9 @@ class ActorClient:
       else start + self._connect_timeout_s
     )
     delay = _INITIAL_BACKOFF_S
+    # The last answer that says why (the final attempt, cut short by the
+    # deadline, often ends in DEADLINE_EXCEEDED, which says nothing).
+    refusal: Optional[grpc.RpcError] = None
     while True:
       attempt_timeout = _HELLO_ATTEMPT_TIMEOUT_S
       if deadline is not None:
@@ -254,14 +269,21 @@ class ActorClient:
           metadata=self._auth or None,
         )
       except grpc.RpcError as e:
-        if e.code() not in _RETRIABLE_HELLO_CODES:
-          raise _error_from_rpc(e, "Hello") from None
         now = time.monotonic()
-        if deadline is not None and now >= deadline:
+        if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED or refusal is None:
+          refusal = e
+        if e.code() not in _RETRIABLE_HELLO_CODES and not _learner_busy(e):
+          raise _error_from_rpc(e, "Hello") from None
+        timed_out = deadline is not None and now >= deadline
+        if _learner_busy(refusal) and (
+          timed_out or now - start >= _BUSY_RETRY_S
+        ):
+          raise _error_from_rpc(refusal, "Hello") from None
+        if timed_out:
           raise LearnerUnavailableError(
             f"no learner answered at {self._address} within "
-            f"{self._connect_timeout_s}s (last: {e.code().name}: "
-            f"{e.details()})"
+            f"{self._connect_timeout_s}s (last: {refusal.code().name}: "
+            f"{refusal.details()})"
           ) from None
         if self._log_throttle.ready():
           logging.warning(
@@ -373,7 +395,9 @@ class ActorClient:
         if _reason(e) == protocol.REASON_LEARNER_FINISHED:
           self._drop_stream()
           raise LearnerFinished(e.details()) from None
-        if not _learner_went_away(e):
+        # A stream refused for want of a worker thread is retried like a
+        # lost learner (a learner that stays full fails the next Hello).
+        if not _learner_went_away(e) and not _learner_busy(e):
           self._drop_stream()
           raise _error_from_rpc(e, "Step") from None
         cause = f"{e.code().name}: {e.details()}"

@@ -181,10 +181,8 @@ class TokenInterceptor(grpc.ServerInterceptor):
       f"; actors send the learner's token (--token_file or ${TOKEN_ENV})"
     )
     abort = _unauthenticated(details)
-    if handler.request_streaming and handler.response_streaming:
-      return grpc.stream_stream_rpc_method_handler(abort)
-    if handler.request_streaming:
-      return grpc.stream_unary_rpc_method_handler(abort)
+    # Request-streaming handlers run at once, without waiting for a request
+    # message: a client that sends none cannot hold a worker thread.
     if handler.response_streaming:
-      return grpc.unary_stream_rpc_method_handler(abort)
-    return grpc.unary_unary_rpc_method_handler(abort)
+      return grpc.stream_stream_rpc_method_handler(abort)
+    return grpc.stream_unary_rpc_method_handler(abort)

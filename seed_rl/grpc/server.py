@@ -3,16 +3,19 @@
 Each Step stream runs on its own worker thread and calls `handler.step`
 synchronously, so the handler sees one blocking call per actor in flight and
 batches across actors itself. A bad message, or a handler error, ends only the
-stream it arrived on.
+stream it arrived on. An RPC holds its worker thread while it waits for its
+first message, so one that sends nothing within `first_message_timeout_s` is
+cancelled: idle clients cannot keep the worker pool full.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from concurrent import futures
-from typing import Optional, Protocol
+from typing import Any, Dict, Optional, Protocol, Tuple
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -26,6 +29,12 @@ from seed_rl.grpc import seed_rl_pb2
 from seed_rl.grpc import validation
 from seed_rl.grpc.security import ServerSecurity
 from seed_rl.grpc.sessions import Rejection, Session, SessionRegistry
+
+
+# A Hello or Step call holds a worker thread from its start; one whose first
+# message has not arrived after this long is cancelled. Actors send theirs at
+# once (a Step stream's first batch follows Hello by one env reset).
+FIRST_MESSAGE_TIMEOUT_S = 10.0
 
 
 class StepHandler(Protocol):
@@ -58,12 +67,52 @@ def _parse(message_class, request):
     ) from None
 
 
+class _FirstMessageWatch:
+  """RPCs waiting for their first message; those past the timeout are
+  cancelled (`expire`), which frees their worker threads."""
+
+  def __init__(self, timeout_s: Optional[float]):
+    self.timeout_s = timeout_s
+    self._lock = threading.Lock()
+    self._ids = itertools.count()
+    self._waiting: Dict[int, Tuple[float, Any]] = {}
+    self.cancelled = 0  # RPCs cancelled so far
+
+  def add(self, context) -> Optional[int]:
+    if not self.timeout_s:
+      return None
+    key = next(self._ids)
+    with self._lock:
+      self._waiting[key] = (time.monotonic() + self.timeout_s, context)
+    return key
+
+  def done(self, key: Optional[int]) -> None:
+    if key is not None:
+      with self._lock:
+        self._waiting.pop(key, None)
+
+  def expire(self) -> int:
+    """Cancels the RPCs past their deadline; returns how many."""
+    now = time.monotonic()
+    with self._lock:
+      late = [k for k, (deadline, _) in self._waiting.items() if deadline < now]
+      contexts = [self._waiting.pop(k)[1] for k in late]
+      self.cancelled += len(contexts)
+    for context in contexts:
+      context.cancel()  # thread-safe: ends the call's pending receive
+    return len(contexts)
+
+
 def _handlers(servicer) -> grpc.GenericRpcHandler:
-  """The SeedRL service with raw-bytes requests, parsed by the servicer."""
+  """The SeedRL service with raw-bytes requests, parsed by the servicer.
+
+  Hello is served as client-streaming (the wire format of a unary request is
+  the same) so that the servicer, not gRPC, waits for its one message, under
+  the first-message deadline."""
   return grpc.method_handlers_generic_handler(
     "seed_rl.SeedRL",
     {
-      "Hello": grpc.unary_unary_rpc_method_handler(
+      "Hello": grpc.stream_unary_rpc_method_handler(
         servicer.Hello,
         response_serializer=seed_rl_pb2.HelloResponse.SerializeToString,
       ),
@@ -85,7 +134,9 @@ class _Servicer:
     registry: SessionRegistry,
     handler,
     limits: validation.ValueLimits,
+    watch: _FirstMessageWatch,
   ):
+    self._watch = watch
     self._limits = limits
     self._observation_spec = observation_spec
     self._action_spec = action_spec
@@ -126,7 +177,28 @@ class _Servicer:
           protocol.REASON_SPEC_MISMATCH,
         )
 
-  def Hello(self, request, context):
+  def _first_request(self, request_iterator, context):
+    """The call's first message, or None if it ended (or was cancelled
+    by the first-message watch) before sending one."""
+    key = self._watch.add(context)
+    try:
+      return next(request_iterator, None)
+    except grpc.RpcError:
+      return None
+    finally:
+      self._watch.done(key)
+
+  def Hello(self, request_iterator, context):
+    request = self._first_request(request_iterator, context)
+    if request is None:
+      _abort(
+        context,
+        Rejection(
+          grpc.StatusCode.INVALID_ARGUMENT,
+          "request: Hello sent no HelloRequest (or not within "
+          f"{self._watch.timeout_s} s)",
+        ),
+      )
     try:
       request = _parse(seed_rl_pb2.HelloRequest, request)
       self._check_hello(request)
@@ -215,14 +287,17 @@ class _Servicer:
       )
     except Rejection as rejection:
       _abort(context, rejection)
+    key = self._watch.add(context)
     try:
       for request in request_iterator:
+        self._watch.done(key)
         try:
           response = self._serve_one(request, session)
         except Rejection as rejection:
           _abort(context, rejection)
         yield response
     finally:
+      self._watch.done(key)
       # Runs when the client closes, cancels or fails, on abort, and on server
       # stop (gRPC drops the suspended generator, which closes it).
       if self._registry.release(session) and self._on_disconnect is not None:
@@ -242,6 +317,8 @@ class LearnerServer:
   Each open Step stream occupies one of `max_workers` threads for its lifetime
   (plus one for a Hello in progress), so `max_workers` bounds the number of
   actors; RPCs beyond it fail fast with RESOURCE_EXHAUSTED instead of hanging.
+  An RPC that sends no message within `first_message_timeout_s` is cancelled
+  and its thread freed (actors retry a RESOURCE_EXHAUSTED Hello meanwhile).
   """
 
   def __init__(
@@ -255,6 +332,7 @@ class LearnerServer:
     security: Optional[ServerSecurity] = None,
     limits: Optional[validation.ValueLimits] = None,
     silent_timeout_s: Optional[float] = 60.0,
+    first_message_timeout_s: Optional[float] = FIRST_MESSAGE_TIMEOUT_S,
   ):
     """Creates the server (call start() to serve).
 
@@ -274,6 +352,9 @@ class LearnerServer:
         validation.ValueLimits()).
       silent_timeout_s: log an actor whose open stream sent nothing for
         this long (a hung environment or host); None disables.
+      first_message_timeout_s: cancel a Hello or Step call that sent no
+        message for this long after it started (an idle or malicious
+        client holding a worker thread); None disables.
     """
     if num_envs < 1:
       raise ValueError(f"num_envs: {num_envs}, expected >= 1")
@@ -291,12 +372,14 @@ class LearnerServer:
     self._stopped = threading.Event()
     self._max_workers = max_workers
     self._security = security or ServerSecurity()
+    self._watch = _FirstMessageWatch(first_message_timeout_s)
     self._servicer = _Servicer(
       observation_spec,
       action_spec,
       SessionRegistry(num_envs),
       handler,
       limits or validation.ValueLimits(),
+      self._watch,
     )
     self._server: Optional[grpc.Server] = None
     self._port: Optional[int] = None
@@ -304,6 +387,11 @@ class LearnerServer:
   @property
   def port(self) -> Optional[int]:
     return self._port
+
+  @property
+  def idle_rpcs_cancelled(self) -> int:
+    """RPCs cancelled for sending nothing within first_message_timeout_s."""
+    return self._watch.cancelled
 
   def start(self) -> int:
     """Binds and starts serving; returns the bound port."""
@@ -336,6 +424,10 @@ class LearnerServer:
       threading.Thread(
         target=self._watch_silent, daemon=True, name="silent-actors"
       ).start()
+    if self._watch.timeout_s:
+      threading.Thread(
+        target=self._watch_first_messages, daemon=True, name="idle-rpcs"
+      ).start()
     logging.info(
       "Learner server listening on %s (port %d)", self._address, port
     )
@@ -350,6 +442,19 @@ class LearnerServer:
           "%s has sent nothing for more than %.0f s on its open stream "
           "(a hung environment, or its host is gone)",
           session.describe(),
+          timeout,
+        )
+
+  def _watch_first_messages(self) -> None:
+    timeout = self._watch.timeout_s
+    assert timeout
+    while not self._stopped.wait(min(1.0, timeout / 4)):
+      cancelled = self._watch.expire()
+      if cancelled:
+        logging.warning(
+          "cancelled %d RPC(s) that sent no message within %g s of "
+          "starting (idle clients holding worker threads)",
+          cancelled,
           timeout,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -11,6 +12,7 @@ from seed_rl.agents.vtrace import loss as loss_lib
 from seed_rl.agents.vtrace import networks
 from seed_rl.agents.vtrace.config import VtraceConfig
 from seed_rl.common import agent_api
+from seed_rl.common import devices
 from seed_rl.common import diagnostics
 from seed_rl.common import distributions
 from seed_rl.common import optimizers
@@ -21,6 +23,10 @@ from seed_rl.common.unroll_queue import UnrollQueue
 # Name of the behaviour distribution parameters in ActOutputs.extras and
 # Unroll.extras (categorical logits; mean and log std for a Gaussian).
 BEHAVIOUR_PARAMS = "logits"
+
+# Trains on several devices when LearnerConfig.training_devices is set (see
+# seed_rl/common/devices.py and _make_distributed_train_fn).
+SUPPORTS_TRAINING_DEVICES = True
 
 
 def policy_distribution(
@@ -53,11 +59,41 @@ class VtraceAgent(Agent):
     self.config = config if config is not None else VtraceConfig()
     self.unroll_length = self.config.unroll_length
     self._distribution = policy_distribution(action_spec)
+    # The learner's devices (default: TF's one device, no strategy).
+    self._placement = devices.current()
+    strategy = self._placement.strategy
+    if strategy is not None:
+      devices.shard_size(
+        self.config.batch_size // self.config.num_minibatches,
+        self._placement,
+        "VtraceConfig.batch_size / num_minibatches",
+      )
     # Drawn from TF's global seed (learner_main's --seed), so acting stays
     # reproducible under tf.random.set_seed like stateful random ops.
-    self._generator = tf.random.Generator.from_seed(
-      int(tf.random.uniform([], maxval=tf.int64.max, dtype=tf.int64))
+    seed = int(tf.random.uniform([], maxval=tf.int64.max, dtype=tf.int64))
+    device = self._placement.inference_device
+    with tf.device(device) if device else contextlib.nullcontext():
+      self._generator = tf.random.Generator.from_seed(seed)
+    # Weights, optimizer slots and the step counter are mirrored on every
+    # training device under a strategy (the generator above is not: it
+    # only samples actions, on the inference device).
+    with strategy.scope() if strategy else contextlib.nullcontext():
+      self._build_variables()
+    self._shuffle_rng = np.random.default_rng(
+      int(self._generator.uniform_full_int([], tf.int64)) % 2**32
     )
+    self._queue = UnrollQueue(
+      self.config.queue_capacity, self.config.batch_size
+    )
+    # Per-array core state shape after [B]; [] when feed-forward.
+    self._core_state_shapes = [
+      tuple(s.shape[1:]) for s in self._network.initial_state(1)
+    ]
+    self._act_fn = self._make_act_fn()
+    self._train_fn = self._make_train_fn()
+
+  def _build_variables(self) -> None:
+    """The network, the step counter and the optimizer (with its slots)."""
     self._network = networks.ActorCriticNetwork(
       torso_fn=self.config.torso,
       num_policy_params=self._distribution.num_params,
@@ -68,7 +104,9 @@ class VtraceAgent(Agent):
       separate_value_torso=bool(self.config.separate_value_torso),
       name="vtrace_network",
     )
-    networks.build_network(self._network, observation_spec, action_spec)
+    networks.build_network(
+      self._network, self.observation_spec, self.action_spec
+    )
     self._step_counter = optimizers.learner_step_counter()
     self._optimizer = optimizers.make_optimizer(
       self.config.optimizer,
@@ -87,18 +125,6 @@ class VtraceAgent(Agent):
       variables=self._network.trainable_variables,
       clock=self._step_counter,
     )
-    self._shuffle_rng = np.random.default_rng(
-      int(self._generator.uniform_full_int([], tf.int64)) % 2**32
-    )
-    self._queue = UnrollQueue(
-      self.config.queue_capacity, self.config.batch_size
-    )
-    # Per-array core state shape after [B]; [] when feed-forward.
-    self._core_state_shapes = [
-      tuple(s.shape[1:]) for s in self._network.initial_state(1)
-    ]
-    self._act_fn = self._make_act_fn()
-    self._train_fn = self._make_train_fn()
 
   # ---- Agent API ---------------------------------------------------------
 
@@ -232,19 +258,23 @@ class VtraceAgent(Agent):
       signature.append(self._state_spec(None))
     network, distribution = self._network, self._distribution
     generator = self._generator
+    device = self._placement.inference_device
 
     @tf.function(input_signature=signature)
     def act_fn(observation, prev_action, reward, done, eval_mask, *state):
-      core_state = state[0] if state else ()
-      params, value, new_state = network.step(
-        observation, prev_action, reward, done, core_state
-      )
-      # Unbounded policies: the env action is the raw action.
-      sampled, _ = distribution.sample(params, generator)
-      greedy, _ = distribution.mode(params)
-      mask = tf.reshape(eval_mask, [-1] + [1] * (sampled.shape.rank - 1))
-      action = tf.where(mask, greedy, sampled)
-      return action, value, params, new_state
+      # With training devices, inference reads the first copy of mirrored
+      # weights (or the one on `device`).
+      with tf.device(device) if device else contextlib.nullcontext():
+        core_state = state[0] if state else ()
+        params, value, new_state = network.step(
+          observation, prev_action, reward, done, core_state
+        )
+        # Unbounded policies: the env action is the raw action.
+        sampled, _ = distribution.sample(params, generator)
+        greedy, _ = distribution.mode(params)
+        mask = tf.reshape(eval_mask, [-1] + [1] * (sampled.shape.rank - 1))
+        action = tf.where(mask, greedy, sampled)
+        return action, value, params, new_state
 
     return act_fn
 
@@ -264,10 +294,8 @@ class VtraceAgent(Agent):
       self._state_spec(b),
     ]
     network, distribution = self._network, self._distribution
-    optimizer, step_counter = self._optimizer, self._step_counter
 
-    @tf.function(input_signature=signature)
-    def train_fn(
+    def loss_and_gradients(
       observation,
       prev_action,
       action,
@@ -278,6 +306,7 @@ class VtraceAgent(Agent):
       behaviour_params,
       core_state,
     ):
+      """Gradients of the mean loss over this [T+1, B'] batch, metrics."""
       done = tf.logical_or(terminated, truncated)
       variables = network.trainable_variables
       with tf.GradientTape() as tape:
@@ -301,7 +330,16 @@ class VtraceAgent(Agent):
           clip_c_threshold=cfg.clip_c_threshold,
           clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
         )
-      gradients = tape.gradient(total, variables)
+      return tape.gradient(total, variables), metrics
+
+    if self._placement.strategy is not None:
+      return self._make_distributed_train_fn(signature, loss_and_gradients)
+    optimizer, step_counter = self._optimizer, self._step_counter
+
+    @tf.function(input_signature=signature)
+    def train_fn(*args):
+      variables = network.trainable_variables
+      gradients, metrics = loss_and_gradients(*args)
       metrics.update(diagnostics.gradient_norms(gradients, variables))
       optimizer.apply_gradients(zip(gradients, variables))
       metrics["opt/learning_rate"] = tf.convert_to_tensor(
@@ -311,6 +349,78 @@ class VtraceAgent(Agent):
         optimizer.nonfinite_updates, tf.float32
       )
       step_counter.assign_add(1)
+      return metrics
+
+    return train_fn
+
+  def _make_distributed_train_fn(self, signature, loss_and_gradients):
+    """The training step on every LearnerConfig.training_devices device.
+
+    Data parallel under a tf.distribute.MirroredStrategy: the [T+1, B] batch
+    (and the [B] start core states) is split along B into equal shards, one
+    per device (B % devices == 0 is checked when the agent is built); each
+    device runs `loss_and_gradients` on its shard with its copy of the
+    weights (strategy.run). The losses are means over each shard, so the
+    MEAN all-reduce of the shard gradients (batch_reduce_to, NCCL on GPUs)
+    is exactly the gradient of the mean loss over the whole batch, up to
+    float32 summation order. The fused optimizer is then applied once, in
+    cross-replica context, updating every device's copy through
+    `strategy.extended.update` (Optimizer.apply_gradients). Metrics are the
+    mean over shards: equal to the single-device values for the means
+    (losses, entropy, rho, value and advantage means), and advantage/std
+    is merged from the shards' first and second moments; only
+    value/explained_variance is an average of the shards' values. grad/*
+    norms are those of the all-reduced gradient.
+    """
+    strategy = self._placement.strategy
+    assert strategy is not None
+    n = strategy.num_replicas_in_sync
+    network = self._network
+    optimizer, step_counter = self._optimizer, self._step_counter
+    mean = tf.distribute.ReduceOp.MEAN
+    std, adv_mean = "advantage/std", "advantage/mean"
+
+    def replica_step(*shard_args):
+      gradients, metrics = loss_and_gradients(*shard_args)
+      # The shard's second moment: the MEAN reduce then merges exactly.
+      metrics[std] = tf.square(metrics[std]) + tf.square(metrics[adv_mean])
+      return gradients, metrics
+
+    @tf.function(input_signature=signature)
+    def train_fn(*args):
+      *arrays, core_state = args
+
+      def shard(context):
+        i = context.replica_id_in_sync_group
+        return tuple(tf.split(x, n, axis=1)[i] for x in arrays) + (
+          tuple(tf.split(s, n, axis=0)[i] for s in core_state),
+        )
+
+      with strategy.scope():
+        shards = strategy.experimental_distribute_values_from_function(shard)
+        gradients, replica_metrics = strategy.run(replica_step, args=shards)
+        variables = network.trainable_variables
+        mirrored = [optimizers.tf_variable(v) for v in variables]
+        gradients = strategy.extended.batch_reduce_to(
+          mean, list(zip(gradients, mirrored))
+        )
+        metrics = {
+          name: strategy.reduce(mean, value, axis=None)
+          for name, value in replica_metrics.items()
+        }
+        metrics[std] = tf.sqrt(
+          tf.maximum(metrics[std] - tf.square(metrics[adv_mean]), 0.0)
+        )
+        first = [strategy.experimental_local_results(g)[0] for g in gradients]
+        metrics.update(diagnostics.gradient_norms(first, variables))
+        optimizer.apply_gradients(zip(gradients, variables))
+        metrics["opt/learning_rate"] = tf.convert_to_tensor(
+          optimizer.learning_rate
+        )
+        metrics["errors/nonfinite_updates"] = tf.cast(
+          optimizer.nonfinite_updates, tf.float32
+        )
+        step_counter.assign_add(1)
       return metrics
 
     return train_fn
