@@ -1,10 +1,16 @@
-"""Actors run without TensorFlow: importing their modules must not load it."""
+"""The dependency rule: actors and the TensorFlow-free runtime modules load
+no TensorFlow, and the runtime (seed_rl.common) imports neither the
+transport (seed_rl.grpc), nor agents, nor domains."""
 
 from __future__ import annotations
 
+import ast
+import glob
 import os
 import subprocess
 import sys
+
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -19,12 +25,37 @@ ACTOR_MODULES = (
   "seed_rl.grpc.client",
 )
 
+# What seed_rl/common/__init__.py lists as TensorFlow-free: specs, batching,
+# per-env state, unroll assembly, replay, the learner loop itself.
+TF_FREE_RUNTIME = tuple(
+  f"seed_rl.common.{name}"
+  for name in (
+    "agent_api",
+    "batcher",
+    "config_checks",
+    "env_state",
+    "errors",
+    "frames",
+    "learner",
+    "metrics",
+    "replay",
+    "schedules",
+    "specs",
+    "transitions",
+    "unroll_queue",
+    "unroll_store",
+  )
+)
 
-def test_actor_modules_do_not_import_tensorflow():
+
+@pytest.mark.parametrize(
+  "modules", [ACTOR_MODULES, TF_FREE_RUNTIME], ids=["actors", "runtime"]
+)
+def test_modules_do_not_import_tensorflow(modules):
   # A fresh interpreter: this test process may already hold TensorFlow.
   script = (
     "import importlib, sys\n"
-    f"for name in {ACTOR_MODULES!r}:\n"
+    f"for name in {modules!r}:\n"
     "  importlib.import_module(name)\n"
     "tf = ('tensorflow', 'keras', 'tf_keras', 'tensorflow_probability')\n"
     "loaded = sorted(m for m in sys.modules if m.split('.')[0] in tf)\n"
@@ -60,3 +91,31 @@ def test_actor_env_creation_does_not_import_tensorflow():
     timeout=120,
   )
   assert proc.returncode == 0, proc.stderr
+
+
+def test_tf_free_list_matches_the_package_docstring():
+  import seed_rl.common  # pylint: disable=import-outside-toplevel
+
+  listed = {f"seed_rl.common.{n}" for n in seed_rl.common.TF_FREE}
+  assert listed == set(TF_FREE_RUNTIME)
+
+
+def test_runtime_imports_no_transport_agent_or_domain():
+  """seed_rl/common is wired to the server, agents and envs by the entry
+  points (learner_main), never by importing them. Config plumbing (the
+  registry, gin parsing) is fine."""
+  allowed = ("seed_rl.common", "seed_rl.registry", "seed_rl.gin_utils")
+  for path in glob.glob(os.path.join(REPO, "seed_rl", "common", "*.py")):
+    with open(path) as f:
+      tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+      names = []
+      if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom) and node.module == "seed_rl":
+        names = [f"seed_rl.{a.name}" for a in node.names]
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        names = [node.module]
+      for name in names:
+        if name.startswith("seed_rl"):
+          assert name.startswith(allowed), f"{path} imports {name}"

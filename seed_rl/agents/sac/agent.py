@@ -13,41 +13,27 @@ critics against the soft target, then (every `policy_delay` steps) the
 policy and the temperature, then Polyak-averages the target critics. One
 learner step is one compiled graph call.
 
-Random steps are counted as transitions inserted into replay (one per env
-step of a training env), kept in a checkpointed variable: the count is exact
-whatever the number of envs and evaluation actors, and a resumed run does not
-start acting randomly again. It trails the env steps by at most one unroll
-per env.
+Replay, the random phase, acting and the learner step are shared with TD3
+(seed_rl.agents.off_policy).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
+from seed_rl.agents import off_policy
 from seed_rl.agents.sac import loss as loss_lib
 from seed_rl.agents.sac import networks
 from seed_rl.agents.sac.config import SACConfig
-from seed_rl.common import agent_api
 from seed_rl.common import diagnostics
-from seed_rl.common import optimizers
 from seed_rl.common import target_network
-from seed_rl.common import transitions
-from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.specs import ArraySpec
 
 
-def make_generator(seed: Optional[int], stream: int) -> tf.random.Generator:
-  """A TF generator per thread (inference, training) so the two never share
-  one state; None seeds from the OS."""
-  if seed is None:
-    return tf.random.Generator.from_non_deterministic_state()
-  return tf.random.Generator.from_seed(seed * 2 + stream)
-
-
-class SACAgent(Agent):
+class SACAgent(off_policy.OffPolicyAgent):
   """SAC with twin critics, target critics and a learned temperature."""
 
   def __init__(
@@ -60,8 +46,6 @@ class SACAgent(Agent):
     super().__init__(observation_spec, action_spec, num_envs)
     self.box = networks.BoxScaling(action_spec, "SAC")
     cfg = self.config = config if config is not None else SACConfig()
-    self.unroll_length = cfg.unroll_length
-    self.unroll_overlap = cfg.unroll_overlap
     self.action_size = self.box.action_size
     self.target_entropy = (
       float(cfg.target_entropy)
@@ -78,9 +62,12 @@ class SACAgent(Agent):
     )
     networks.build(self._policy, observation_spec)
     self._critics: List[networks.QNetwork] = []
-    self._targets: List[networks.QNetwork] = []
+    self._target_critics: List[networks.QNetwork] = []
     for i in (1, 2):
-      for kind, group in (("critic", self._critics), ("target", self._targets)):
+      for kind, group in (
+        ("critic", self._critics),
+        ("target", self._target_critics),
+      ):
         critic = networks.QNetwork(
           cfg.torso, cfg.head_hidden, name=f"sac_{kind}_{i}"
         )
@@ -90,7 +77,7 @@ class SACAgent(Agent):
       v for c in self._critics for v in c.trainable_variables
     ]
     self._target_variables = [
-      v for c in self._targets for v in c.trainable_variables
+      v for c in self._target_critics for v in c.trainable_variables
     ]
     target_network.hard_update(self._critic_variables, self._target_variables)
     self._log_alpha = tf.Variable(
@@ -100,44 +87,20 @@ class SACAgent(Agent):
       name="log_alpha",
     )
 
-    def adam(learning_rate, variables):
-      return optimizers.make_optimizer(
-        "adam",
-        learning_rate,
-        epsilon=cfg.optimizer_epsilon,
-        max_grad_norm=cfg.max_grad_norm,
-        variables=variables,
-      )
-
-    self._critic_optimizer = adam(cfg.learning_rate, self._critic_variables)
-    self._actor_optimizer = adam(
+    self._critic_optimizer = self._adam(
+      cfg.learning_rate, self._critic_variables
+    )
+    self._actor_optimizer = self._adam(
       cfg.policy_learning_rate, self._policy.trainable_variables
     )
     # CleanRL and softlearning step the temperature at the critics' rate.
-    self._alpha_optimizer = adam(cfg.learning_rate, [self._log_alpha])
+    self._alpha_optimizer = self._adam(cfg.learning_rate, [self._log_alpha])
     self._optimizers = (
       self._critic_optimizer,
       self._actor_optimizer,
       self._alpha_optimizer,
     )
-    self._step_counter = optimizers.learner_step_counter()
-    self._env_steps = tf.Variable(
-      0, dtype=tf.int64, trainable=False, name="inserted_env_steps"
-    )
-    self._data = transitions.TransitionReplay(
-      cfg.replay_capacity,
-      cfg.batch_size,
-      cfg.min_replay_size,
-      cfg.samples_per_insert,
-      cfg.rate_limiter_error_buffer,
-      num_envs,
-      cfg.unroll_length,
-      cfg.discount,
-      cfg.n_step,
-      seed=cfg.seed,
-    )
-    self._act_generator = make_generator(cfg.seed, 0)
-    self._train_generator = make_generator(cfg.seed, 1)
+    self._init_replay(num_envs)
     self._act_fn = self._make_act_fn()
     self._train_fns = {
       True: self._make_train_fn(cfg.policy_delay),
@@ -147,105 +110,26 @@ class SACAgent(Agent):
   # ---- Agent API ---------------------------------------------------------
 
   @property
-  def step_counter(self) -> tf.Variable:
-    return self._step_counter
-
-  @property
   def policy(self) -> networks.GaussianPolicy:
     return self._policy
-
-  @property
-  def critics(self):
-    return tuple(self._critics)
-
-  @property
-  def target_critics(self):
-    return tuple(self._targets)
 
   @property
   def log_alpha(self) -> tf.Variable:
     return self._log_alpha
 
-  @property
-  def replay(self):
-    return self._data.replay
-
-  @property
-  def env_steps(self) -> int:
-    """Env steps counted so far (transitions inserted into replay)."""
-    return int(self._env_steps.numpy())
-
-  def random_phase(self) -> bool:
-    return self.env_steps < self.config.random_steps
-
-  def act(self, inputs: ActInputs) -> ActOutputs:
-    inputs = agent_api.check_act_inputs(inputs, self.observation_spec)
-    action, value = self._act_fn(
-      inputs.observation, inputs.eval_mask, tf.constant(self.random_phase())
-    )
-    return ActOutputs(
-      action=self.box.to_env(action.numpy()),
-      value=value.numpy(),
-      extras={},
-      core_state=(),
-    )
-
-  def add_unrolls(self, unrolls: Unroll) -> None:
-    agent_api.check_unroll(
-      unrolls, self.unroll_length, self.observation_spec, self.action_spec
-    )
-    # Counted before the insert, which may block on the rate limiter.
-    self._env_steps.assign_add(
-      unrolls.batch_size * (self.unroll_length + 1 - self.unroll_overlap)
-    )
-    self._data.add(unrolls, action=self.box.from_env(unrolls.action))
-
-  def train_step(self) -> Mapping[str, float]:
-    cfg = self.config
-    items = self._data.sample()
-    if items is None:
-      return {}
-    step = int(self._step_counter.numpy())
-    train_fn = self._train_fns[step % cfg.policy_delay == 0]
-    metrics = train_fn(
-      items["observation"],
-      items["action"],
-      items["return"],
-      items["discount"],
-      items["next_observation"],
-    )
-    result = {name: float(value) for name, value in metrics.items()}
-    result[agent_api.SAMPLES_METRIC] = float(cfg.batch_size)
-    result.update(self._data.metrics())
-    result["perf/policy_lag"] = agent_api.policy_lag(
-      step, items["policy_version"]
-    )
-    return result
-
   def checkpoint_objects(self) -> Dict[str, Any]:
-    # Replay contents are not checkpointed: a restored run refills replay
-    # (min_replay_size transitions) before training resumes. Variable lists
-    # are explicit as in DQN: the target critics have no optimizer that
-    # would reach their variables otherwise.
-    objects: Dict[str, Any] = {
-      "policy": self._policy,
-      "policy_variables": list(self._policy.variables),
-      "log_alpha": self._log_alpha,
-      "critic_optimizer": self._critic_optimizer,
-      "actor_optimizer": self._actor_optimizer,
-      "alpha_optimizer": self._alpha_optimizer,
-      "step": self._step_counter,
-      "inserted_env_steps": self._env_steps,
-    }
-    for i, (critic, target) in enumerate(zip(self._critics, self._targets)):
-      objects[f"critic_{i + 1}"] = critic
-      objects[f"target_critic_{i + 1}"] = target
-      objects[f"critic_{i + 1}_variables"] = list(critic.variables)
-      objects[f"target_critic_{i + 1}_variables"] = list(target.variables)
+    objects = self._checkpoint_critics()
+    objects.update(
+      {
+        "policy": self._policy,
+        "policy_variables": list(self._policy.variables),
+        "log_alpha": self._log_alpha,
+        "critic_optimizer": self._critic_optimizer,
+        "actor_optimizer": self._actor_optimizer,
+        "alpha_optimizer": self._alpha_optimizer,
+      }
+    )
     return objects
-
-  def stop(self) -> None:
-    self._data.stop()
 
   # ---- compiled functions ------------------------------------------------
 
@@ -288,7 +172,7 @@ class SACAgent(Agent):
     obs_spec, b, a = self.observation_spec, cfg.batch_size, self.action_size
     obs_signature = tf.TensorSpec((b,) + obs_spec.shape, obs_spec.dtype)
     policy, (critic_1, critic_2) = self._policy, self._critics
-    target_1, target_2 = self._targets
+    target_1, target_2 = self._target_critics
     critic_variables = self._critic_variables
     policy_variables = self._policy.trainable_variables
     log_alpha, generator = self._log_alpha, self._train_generator

@@ -12,30 +12,26 @@ updates the critics every learner step and, on steps divisible by
 `policy_delay`, the actor and then all target networks (Polyak). One
 learner step is one compiled graph call.
 
-Random steps are counted as in SAC: transitions inserted into replay, in a
-checkpointed variable.
+Replay, the random phase, acting and the learner step are shared with SAC
+(seed_rl.agents.off_policy).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
-from seed_rl.agents.sac.agent import make_generator
+from seed_rl.agents import off_policy
 from seed_rl.agents.td3 import loss as loss_lib
 from seed_rl.agents.td3 import networks
 from seed_rl.agents.td3.config import TD3Config
-from seed_rl.common import agent_api
 from seed_rl.common import diagnostics
-from seed_rl.common import optimizers
 from seed_rl.common import target_network
-from seed_rl.common import transitions
-from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.specs import ArraySpec
 
 
-class TD3Agent(Agent):
+class TD3Agent(off_policy.OffPolicyAgent):
   """TD3: twin critics, target policy smoothing, delayed actor updates;
   DDPG when the config turns those off."""
 
@@ -51,8 +47,6 @@ class TD3Agent(Agent):
     self.box = networks.BoxScaling(
       action_spec, "DDPG" if cfg.is_ddpg else "TD3"
     )
-    self.unroll_length = cfg.unroll_length
-    self.unroll_overlap = cfg.unroll_overlap
     self.action_size = self.box.action_size
 
     def actor(name):
@@ -86,37 +80,13 @@ class TD3Agent(Agent):
     ]
     target_network.hard_update(self._online_variables, self._target_variables)
 
-    def adam(learning_rate, variables):
-      return optimizers.make_optimizer(
-        "adam",
-        learning_rate,
-        epsilon=cfg.optimizer_epsilon,
-        max_grad_norm=cfg.max_grad_norm,
-        variables=variables,
-      )
-
-    self._critic_optimizer = adam(cfg.learning_rate, self._critic_variables)
-    self._actor_optimizer = adam(
+    self._critic_optimizer = self._adam(
+      cfg.learning_rate, self._critic_variables
+    )
+    self._actor_optimizer = self._adam(
       cfg.policy_learning_rate, self._actor.trainable_variables
     )
-    self._step_counter = optimizers.learner_step_counter()
-    self._env_steps = tf.Variable(
-      0, dtype=tf.int64, trainable=False, name="inserted_env_steps"
-    )
-    self._data = transitions.TransitionReplay(
-      cfg.replay_capacity,
-      cfg.batch_size,
-      cfg.min_replay_size,
-      cfg.samples_per_insert,
-      cfg.rate_limiter_error_buffer,
-      num_envs,
-      cfg.unroll_length,
-      cfg.discount,
-      cfg.n_step,
-      seed=cfg.seed,
-    )
-    self._act_generator = make_generator(cfg.seed, 0)
-    self._train_generator = make_generator(cfg.seed, 1)
+    self._init_replay(num_envs)
     self._act_fn = self._make_act_fn()
     self._train_fns = {
       True: self._make_train_fn(update_actor=True),
@@ -126,10 +96,6 @@ class TD3Agent(Agent):
   # ---- Agent API ---------------------------------------------------------
 
   @property
-  def step_counter(self) -> tf.Variable:
-    return self._step_counter
-
-  @property
   def actor(self) -> networks.DeterministicPolicy:
     return self._actor
 
@@ -137,92 +103,19 @@ class TD3Agent(Agent):
   def target_actor(self) -> networks.DeterministicPolicy:
     return self._target_actor
 
-  @property
-  def critics(self):
-    return tuple(self._critics)
-
-  @property
-  def target_critics(self):
-    return tuple(self._target_critics)
-
-  @property
-  def replay(self):
-    return self._data.replay
-
-  @property
-  def env_steps(self) -> int:
-    """Env steps counted so far (transitions inserted into replay)."""
-    return int(self._env_steps.numpy())
-
-  def random_phase(self) -> bool:
-    return self.env_steps < self.config.random_steps
-
-  def act(self, inputs: ActInputs) -> ActOutputs:
-    inputs = agent_api.check_act_inputs(inputs, self.observation_spec)
-    action, value = self._act_fn(
-      inputs.observation, inputs.eval_mask, tf.constant(self.random_phase())
-    )
-    return ActOutputs(
-      action=self.box.to_env(action.numpy()),
-      value=value.numpy(),
-      extras={},
-      core_state=(),
-    )
-
-  def add_unrolls(self, unrolls: Unroll) -> None:
-    agent_api.check_unroll(
-      unrolls, self.unroll_length, self.observation_spec, self.action_spec
-    )
-    # Counted before the insert, which may block on the rate limiter.
-    self._env_steps.assign_add(
-      unrolls.batch_size * (self.unroll_length + 1 - self.unroll_overlap)
-    )
-    self._data.add(unrolls, action=self.box.from_env(unrolls.action))
-
-  def train_step(self) -> Mapping[str, float]:
-    cfg = self.config
-    items = self._data.sample()
-    if items is None:
-      return {}
-    step = int(self._step_counter.numpy())
-    train_fn = self._train_fns[step % cfg.policy_delay == 0]
-    metrics = train_fn(
-      items["observation"],
-      items["action"],
-      items["return"],
-      items["discount"],
-      items["next_observation"],
-    )
-    result = {name: float(value) for name, value in metrics.items()}
-    result[agent_api.SAMPLES_METRIC] = float(cfg.batch_size)
-    result.update(self._data.metrics())
-    result["perf/policy_lag"] = agent_api.policy_lag(
-      step, items["policy_version"]
-    )
-    return result
-
   def checkpoint_objects(self) -> Dict[str, Any]:
-    # Replay contents are not checkpointed (a restored run refills replay);
-    # variable lists are explicit as in DQN, for the target networks.
-    objects: Dict[str, Any] = {
-      "actor": self._actor,
-      "target_actor": self._target_actor,
-      "actor_variables": list(self._actor.variables),
-      "target_actor_variables": list(self._target_actor.variables),
-      "critic_optimizer": self._critic_optimizer,
-      "actor_optimizer": self._actor_optimizer,
-      "step": self._step_counter,
-      "inserted_env_steps": self._env_steps,
-    }
-    for i, (c, t) in enumerate(zip(self._critics, self._target_critics)):
-      objects[f"critic_{i + 1}"] = c
-      objects[f"target_critic_{i + 1}"] = t
-      objects[f"critic_{i + 1}_variables"] = list(c.variables)
-      objects[f"target_critic_{i + 1}_variables"] = list(t.variables)
+    objects = self._checkpoint_critics()
+    objects.update(
+      {
+        "actor": self._actor,
+        "target_actor": self._target_actor,
+        "actor_variables": list(self._actor.variables),
+        "target_actor_variables": list(self._target_actor.variables),
+        "critic_optimizer": self._critic_optimizer,
+        "actor_optimizer": self._actor_optimizer,
+      }
+    )
     return objects
-
-  def stop(self) -> None:
-    self._data.stop()
 
   # ---- compiled functions ------------------------------------------------
 

@@ -1,0 +1,172 @@
+"""What the off-policy continuous-control agents (SAC, TD3/DDPG) share.
+
+Both keep n-step transitions in uniform replay behind the rate limiter
+(seed_rl.common.transitions), act uniformly at random over the action Box
+for the first `random_steps` env steps, act through a compiled
+`_act_fn(observation, eval_mask, random_phase) -> (action in [-1, 1], value)`
+and train through `_train_fns[update_actor]`, one compiled graph call per
+learner step with the actor updated every `policy_delay` steps.
+
+Random steps are counted as transitions inserted into replay (one per env
+step of a training env), kept in a checkpointed variable: the count is exact
+whatever the number of envs and evaluation actors, and a resumed run does not
+start acting randomly again. It trails the env steps by at most one unroll
+per env.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional
+
+import tensorflow as tf
+
+from seed_rl.common import agent_api
+from seed_rl.common import optimizers
+from seed_rl.common import transitions
+from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
+
+
+def make_generator(seed: Optional[int], stream: int) -> tf.random.Generator:
+  """A TF generator per thread (inference, training) so the two never share
+  one state; None seeds from the OS."""
+  if seed is None:
+    return tf.random.Generator.from_non_deterministic_state()
+  return tf.random.Generator.from_seed(seed * 2 + stream)
+
+
+class OffPolicyAgent(Agent):
+  """Replay, random phase, acting and the learner step of SAC and TD3.
+
+  Subclasses set `config`, `box` (networks.BoxScaling), `_critics` and
+  `_target_critics`, call `_init_replay(num_envs)`, and build `_act_fn`
+  and `_train_fns` ({True: with the actor update, False: critics only}).
+  """
+
+  config: Any
+  box: Any
+  _critics: List[Any]
+  _target_critics: List[Any]
+  _act_fn: Any
+  _train_fns: Dict[bool, Any]
+
+  def _init_replay(self, num_envs: int) -> None:
+    cfg = self.config
+    self.unroll_length = cfg.unroll_length
+    self.unroll_overlap = cfg.unroll_overlap
+    self._step_counter = optimizers.learner_step_counter()
+    self._env_steps = tf.Variable(
+      0, dtype=tf.int64, trainable=False, name="inserted_env_steps"
+    )
+    self._data = transitions.TransitionReplay(
+      cfg.replay_capacity,
+      cfg.batch_size,
+      cfg.min_replay_size,
+      cfg.samples_per_insert,
+      cfg.rate_limiter_error_buffer,
+      num_envs,
+      cfg.unroll_length,
+      cfg.discount,
+      cfg.n_step,
+      seed=cfg.seed,
+    )
+    self._act_generator = make_generator(cfg.seed, 0)
+    self._train_generator = make_generator(cfg.seed, 1)
+
+  def _adam(self, learning_rate: float, variables) -> optimizers.Optimizer:
+    return optimizers.make_optimizer(
+      "adam",
+      learning_rate,
+      epsilon=self.config.optimizer_epsilon,
+      max_grad_norm=self.config.max_grad_norm,
+      variables=variables,
+    )
+
+  # ---- Agent API ---------------------------------------------------------
+
+  @property
+  def step_counter(self) -> tf.Variable:
+    return self._step_counter
+
+  @property
+  def critics(self):
+    return tuple(self._critics)
+
+  @property
+  def target_critics(self):
+    return tuple(self._target_critics)
+
+  @property
+  def replay(self):
+    return self._data.replay
+
+  @property
+  def env_steps(self) -> int:
+    """Env steps counted so far (transitions inserted into replay)."""
+    return int(self._env_steps.numpy())
+
+  def random_phase(self) -> bool:
+    return self.env_steps < self.config.random_steps
+
+  def act(self, inputs: ActInputs) -> ActOutputs:
+    inputs = agent_api.check_act_inputs(inputs, self.observation_spec)
+    action, value = self._act_fn(
+      inputs.observation, inputs.eval_mask, tf.constant(self.random_phase())
+    )
+    return ActOutputs(
+      action=self.box.to_env(action.numpy()),
+      value=value.numpy(),
+      extras={},
+      core_state=(),
+    )
+
+  def add_unrolls(self, unrolls: Unroll) -> None:
+    agent_api.check_unroll(
+      unrolls, self.unroll_length, self.observation_spec, self.action_spec
+    )
+    # Counted before the insert, which may block on the rate limiter.
+    self._env_steps.assign_add(
+      unrolls.batch_size * (self.unroll_length + 1 - self.unroll_overlap)
+    )
+    self._data.add(unrolls, action=self.box.from_env(unrolls.action))
+
+  def train_step(self) -> Mapping[str, float]:
+    cfg = self.config
+    items = self._data.sample()
+    if items is None:
+      return {}
+    step = int(self._step_counter.numpy())
+    train_fn = self._train_fns[step % cfg.policy_delay == 0]
+    metrics = train_fn(
+      items["observation"],
+      items["action"],
+      items["return"],
+      items["discount"],
+      items["next_observation"],
+    )
+    result = {name: float(value) for name, value in metrics.items()}
+    result[agent_api.SAMPLES_METRIC] = float(cfg.batch_size)
+    result.update(self._data.metrics())
+    result["perf/policy_lag"] = agent_api.policy_lag(
+      step, items["policy_version"]
+    )
+    return result
+
+  def _checkpoint_critics(self) -> Dict[str, Any]:
+    """Step, random-phase counter and every critic; replay contents are not
+    checkpointed (a restored run refills replay before training resumes).
+    Variable lists are explicit as in DQN: the target critics have no
+    optimizer that would reach their variables otherwise."""
+    objects: Dict[str, Any] = {
+      "step": self._step_counter,
+      "inserted_env_steps": self._env_steps,
+    }
+    pairs = zip(self._critics, self._target_critics)
+    for i, (critic, target) in enumerate(pairs):
+      objects[f"critic_{i + 1}"] = critic
+      objects[f"target_critic_{i + 1}"] = target
+      objects[f"critic_{i + 1}_variables"] = list(critic.variables)
+      objects[f"target_critic_{i + 1}_variables"] = list(target.variables)
+    return objects
+
+  def stop(self) -> None:
+    self._data.stop()
