@@ -254,6 +254,7 @@ def main(argv=None) -> int:
 
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, on_signal)
+  started = time.monotonic()
   try:
     reason = learner.run(stop)
     if learner.finished:
@@ -262,8 +263,15 @@ def main(argv=None) -> int:
     server.stop(0)
   gin_utils.write_operative_config(logdir)
   _write_result(logdir, reason, learner, config)
+  fmt = lambda r: "n/a" if r is None else f"{r:.1f}"
   metrics.log(
-    f"[learner] finished ({reason}); checkpoint in {checkpointer.directory}"
+    f"[learner] finished ({reason}) after {time.monotonic() - started:.0f} s"
+    f", {learner.env_steps:,d} env steps, "
+    f"{int(agent.step_counter.numpy()):,d} learner steps; mean return of "
+    f"the last 100 episodes: best {fmt(learner.best_return)}, final "
+    f"{fmt(learner.episodes.recent_mean())}\n[learner] checkpoint in "
+    f"{checkpointer.directory}; curves: tensorboard --logdir {logdir}; "
+    f"score or watch it: python -m seed_rl.evaluate --logdir {logdir}"
   )
   return 0
 

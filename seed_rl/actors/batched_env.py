@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Tuple
+from typing import Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -71,6 +71,11 @@ class BatchedEnv(abc.ABC):
   @abc.abstractmethod
   def close(self) -> None:
     """Releases the envs. Idempotent."""
+
+  def render(self) -> Optional[np.ndarray]:
+    """An RGB frame [H, W, 3] uint8 of env 0, or None if it cannot render
+    (see `seed_rl.actors.factory.rendering`)."""
+    return None
 
   def __enter__(self) -> "BatchedEnv":
     return self

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Iterator, Mapping, Optional, Tuple
 
 import dm_env
 import gymnasium as gym
@@ -17,6 +18,22 @@ from seed_rl.actors.inline_env import InlineBatchedEnv
 from seed_rl.actors.subprocess_env import SubprocessBatchedEnv
 
 PARALLEL_KINDS = ("inline", "subprocess")
+# Set by `rendering()` (seed_rl.evaluate): gymnasium ids are made with this
+# render_mode and batched envs are built inline, so `BatchedEnv.render`
+# reaches them.
+_render_mode: Optional[str] = None
+
+
+@contextlib.contextmanager
+def rendering(render_mode: str = "rgb_array") -> Iterator[None]:
+  """Envs built inside this block render (gymnasium ids get `render_mode`;
+  'module:callable' factories are called as configured) and run inline."""
+  global _render_mode
+  previous, _render_mode = _render_mode, render_mode
+  try:
+    yield
+  finally:
+    _render_mode = previous
 
 
 def check_env_id(env_id: str) -> None:
@@ -77,6 +94,8 @@ def make_gym_env(
   check_env_id(env_id)
   kwargs = dict(env_kwargs or {})
   if ":" not in env_id:
+    if _render_mode is not None:
+      kwargs.setdefault("render_mode", _render_mode)
     return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
   env = _call_factory(env_id, kwargs)
   if isinstance(env, dm_env.Environment):
@@ -125,7 +144,7 @@ def make_batched_env(
     num_workers: worker processes for 'subprocess' (default min(K, cpus)).
     start_method: multiprocessing start method for 'subprocess'.
   """
-  if parallel == "inline":
+  if parallel == "inline" or (_render_mode and parallel == "subprocess"):
     return InlineBatchedEnv(env_fn, num_envs, seed)
   if parallel == "subprocess":
     return SubprocessBatchedEnv(

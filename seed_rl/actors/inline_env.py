@@ -7,7 +7,7 @@ whose generic batching measured slower than this plain loop.
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
@@ -65,6 +65,13 @@ class InlineBatchedEnv(BatchedEnv):
     else:
       final_observation = self.observation_spec.zeros(0)
     return StepResult(obs, reward, terminated, truncated, final_observation)
+
+  def render(self) -> Optional[np.ndarray]:
+    env = self._runners[0].env if self._runners else None
+    if env is None or env.render_mode != "rgb_array":
+      return None
+    frame = env.render()
+    return None if frame is None else np.asarray(frame, np.uint8)
 
   def close(self) -> None:
     runners, self._runners = self._runners, []

@@ -183,6 +183,7 @@ class Learner:
     self.finished = False
     self.finish_on_stop_event = True
     self.solved_at_s: Optional[float] = None  # seconds into run()
+    self.best_return: Optional[float] = None  # best mean of the last 100
     # CPU seconds by role (time.thread_time of the thread doing the work).
     self.cpu_seconds = {"inference": 0.0, "act": 0.0, "training": 0.0}
     self.ticks: List[Dict[str, float]] = []  # one per progress line
@@ -376,6 +377,7 @@ class Learner:
     )
     trainer.start()
     self._start = self._last_log = time.monotonic()
+    self._start_steps = (self.env_steps, self._policy_version())
     self._last = {
       "env_steps": self.env_steps,
       "batches": 0,
@@ -472,6 +474,11 @@ class Learner:
       self.episodes.episodes,
       extra,
     )
+    recent = self.episodes.recent_mean()
+    if recent is not None:
+      self.best_return = max(recent, self.best_return or recent)
+    goal = self._goal(now - self._start, learner_steps)
+    line = f"{line} | {goal}" if goal else line
     metrics_lib.log(f"{line} | {self.banner}" if self.banner else line)
     self.ticks.append(
       {
@@ -492,6 +499,30 @@ class Learner:
       "samples": last_samples,
       "learner_steps": learner_steps,
     }
+
+  def _goal(self, elapsed: float, learner_steps: int) -> str:
+    """'42% done, ETA 1m30s' toward the nearest stop condition; the best
+    mean return so far when a target is set."""
+    cfg, parts = self.config, []
+    done, eta = 0.0, None
+    for limit, value, start in (
+      (cfg.max_env_steps, self.env_steps, self._start_steps[0]),
+      (cfg.max_learner_steps, learner_steps, self._start_steps[1]),
+      (cfg.max_seconds, elapsed, 0.0),
+    ):
+      if limit:
+        done = max(done, min(value / limit, 1.0))
+        rate = (value - start) / max(elapsed, 1e-9)
+        if rate > 0:
+          left = max(limit - value, 0) / rate
+          eta = left if eta is None else min(eta, left)
+    if cfg.max_env_steps or cfg.max_learner_steps or cfg.max_seconds:
+      when = "" if eta is None else f", ETA {eta // 60:.0f}m{eta % 60:02.0f}s"
+      parts.append(f"{100 * done:.0f}% done{when}")
+    if cfg.target_return is not None and cfg.stop_at_target:
+      best = "n/a" if self.best_return is None else f"{self.best_return:.1f}"
+      parts.append(f"best {best} / target {cfg.target_return:g}")
+    return ", ".join(parts)
 
   def shutdown(self, trainer: Optional[threading.Thread] = None) -> None:
     """Stops inference and training, then writes a final checkpoint."""
