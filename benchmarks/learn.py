@@ -64,7 +64,12 @@ def main(argv=None) -> int:
   p.add_argument("--num_actors", type=int, default=None)
   p.add_argument("--envs_per_actor", type=int, default=None)
   p.add_argument("--max_env_steps", type=int, default=None)
-  p.add_argument("--logdir", default=None, help="default: a fresh temp dir")
+  p.add_argument(
+    "--logdir",
+    default=None,
+    help="default: a fresh temp dir; with --seeds, run i writes to "
+    "LOGDIR-<seed i>",
+  )
   p.add_argument(
     "--quiet", action="store_true", help="hide the training's own output"
   )
@@ -72,9 +77,10 @@ def main(argv=None) -> int:
   args = p.parse_intermixed_args(argv)
   if args.seeds:
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-    if args.logdir and len(seeds) > 1:
-      p.error("--logdir names one run; leave it out with --seeds")
-    results = [_run(args, seed) for seed in seeds]
+    prefix, results = args.logdir, []
+    for seed in seeds:
+      args.logdir = f"{prefix}-{seed}" if prefix else None
+      results.append(_run(args, seed))
     print(json.dumps(_summary(results)), flush=True)
     return 0 if all(r["exit_code"] == 0 for r in results) else 1
   return 0 if _run(args, args.seed)["exit_code"] == 0 else 1

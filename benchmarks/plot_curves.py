@@ -5,11 +5,13 @@
     python benchmarks/plot_curves.py --title Pong --out docs/pong.png \
         --labels "V-trace,PPO" --x both LOGDIR_A LOGDIR_B
 
-Each logdir is one seed; the plot shows every seed's `episode/return`
-against `perf/env_steps` (both logged at the same learner step) and their
-mean. With --labels, each logdir is its own labelled line (no mean); --x
-both adds a panel against wall-clock minutes. Needs the `bench` extra
-(matplotlib).
+Without --labels each logdir is one seed of one setting: the plot shows
+every seed's `episode/return` against `perf/env_steps` (both logged at the
+same learner step), their mean and their min-max band. With --labels, one
+name per logdir: logdirs that share a name are one group (its mean and
+min-max band), a name used once is a plain line, e.g.
+--labels "PPO,PPO,PPO,V-trace,V-trace,V-trace". --x both adds a panel
+against wall-clock minutes. Needs the `bench` extra (matplotlib).
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def main(argv=None) -> int:
   p.add_argument(
     "--labels",
     default=None,
-    help="comma-separated, one per logdir: labelled lines",
+    help="comma-separated, one per logdir: labelled lines; logdirs with the "
+    "same label are one group, drawn as its mean and min-max band",
   )
   p.add_argument(
     "--x", choices=("env_steps", "minutes", "both"), default="env_steps"
@@ -86,22 +89,42 @@ def main(argv=None) -> int:
     1, len(panels), figsize=(7 * len(panels), 4.2), dpi=110, squeeze=False
   )
   runs = [(i, read_curve(d)) for i, d in enumerate(args.logdirs)]
+  # Logdirs sharing a label form a group (seeds of one setting): its mean
+  # and min-max band over a common x grid; a group of one is its own line.
+  # Without labels every logdir is a seed of one group.
+  names = labels or ["mean"] * len(args.logdirs)
+  groups = {
+    name: [i for i, n in enumerate(names) if n == name] for name in names
+  }
   for panel, ax in zip(panels, axes[0]):
-    curves = []
-    for i, (steps, y, minutes) in runs:
-      x = steps if panel == "env_steps" else minutes
-      if x.size == 0:
-        print(f"no curve in {args.logdirs[i]}", file=sys.stderr)
+    for name, members in groups.items():
+      curves = []
+      for i in members:
+        steps, y, minutes = runs[i][1]
+        x = steps if panel == "env_steps" else minutes
+        if x.size == 0:
+          print(f"no curve in {args.logdirs[i]}", file=sys.stderr)
+          continue
+        curves.append((x, y))
+        if not labels:
+          ax.plot(x, y, alpha=0.35, lw=1, label=f"seed {i}")
+      if not curves:
         continue
-      if labels:
-        ax.plot(x, y, lw=1.5, label=labels[i])
-      else:
-        ax.plot(x, y, alpha=0.35, lw=1, label=f"seed {i}")
-      curves.append((x, y))
-    if curves and not labels:
+      if len(curves) == 1 and labels:
+        ax.plot(*curves[0], lw=1.5, label=name)
+        continue
       grid = np.linspace(0, min(c[0].max() for c in curves), 200)
-      mean = np.mean([np.interp(grid, x, y) for x, y in curves], axis=0)
-      ax.plot(grid, mean, color="black", lw=2, label="mean")
+      ys = np.array([np.interp(grid, x, y) for x, y in curves])
+      line = ax.plot(
+        grid,
+        ys.mean(axis=0),
+        lw=2,
+        color="black" if not labels else None,
+        label=f"{name} (mean of {len(curves)})" if labels else name,
+      )[0]
+      ax.fill_between(
+        grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2
+      )
     ax.set_xlabel(
       "agent steps"
       if panel == "env_steps"

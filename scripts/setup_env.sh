@@ -31,7 +31,8 @@ if [[ -n "${SEED_RL_PICK_PYTHON_ONLY:-}" ]]; then
   exit $?
 fi
 
-want="$(cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" | sha256sum | cut -d' ' -f1)"
+EXTRAS="learner,test,video,bench"
+want="$( (cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt"; echo "$EXTRAS") | sha256sum | cut -d' ' -f1)"
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]]; then
   if [[ -x "$VENV/bin/python" ]]; then
     echo "[setup] updating $VENV ($("$VENV/bin/python" -V 2>&1))..." >&2
@@ -44,7 +45,7 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]]; then
   # setuptools' "Editable installation ... folders with the same name"
   # notice is informational (seed_rl is a flat layout); no banner.
   PYTHONWARNINGS="ignore:Editable installation" \
-    "$VENV/bin/python" -m pip install -q -c "$ROOT/constraints.txt" -e "$ROOT[learner,test,video]" >&2
+    "$VENV/bin/python" -m pip install -q -c "$ROOT/constraints.txt" -e "$ROOT[$EXTRAS]" >&2
   echo "$want" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

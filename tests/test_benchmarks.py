@@ -25,6 +25,8 @@ def test_learn_over_two_seeds_prints_a_line_each_and_a_summary(tmp_path):
       "1",
       "--envs_per_actor",
       "4",
+      "--logdir",
+      str(tmp_path / "run"),
     ],
     cwd=ROOT,
     env=ENV,
@@ -38,4 +40,51 @@ def test_learn_over_two_seeds_prints_a_line_each_and_a_summary(tmp_path):
   summary = lines[2]
   assert summary["summary"] and summary["seeds"] == [0, 1]
   assert set(summary["wall_s"]) == {"median", "min", "max"}
+  assert [line["logdir"] for line in lines[:2]] == [
+    str(tmp_path / "run-0"),
+    str(tmp_path / "run-1"),
+  ]
   assert all(os.path.exists(line["logdir"]) for line in lines[:2])
+
+
+def _fake_run(logdir, slope, steps=20):
+  """Event files as the learner writes them: perf/env_steps and
+  episode/return at the same learner steps."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  writer = tf.summary.create_file_writer(str(logdir))
+  with writer.as_default():
+    for step in range(1, steps + 1):
+      tf.summary.scalar("perf/env_steps", 1000.0 * step, step=step)
+      tf.summary.scalar("episode/return", slope * step, step=step)
+  writer.close()
+
+
+def test_plot_curves_draws_groups_from_several_logdirs(tmp_path):
+  for name, slope in (("a0", 1.0), ("a1", 2.0), ("b0", -1.0)):
+    _fake_run(tmp_path / name, slope)
+  out = tmp_path / "curves.png"
+  args = [sys.executable, "benchmarks/plot_curves.py", "--title", "t"]
+  dirs = [str(tmp_path / n) for n in ("a0", "a1", "b0")]
+  proc = subprocess.run(
+    args + ["--out", str(out), "--labels", "A,A,B", "--x", "both"] + dirs,
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  import matplotlib.image  # pylint: disable=import-outside-toplevel
+
+  image = matplotlib.image.imread(out)
+  assert image.shape[0] > 300 and image.shape[1] > 1000  # two panels
+  bad = subprocess.run(
+    args + ["--out", str(out), "--labels", "A,B"] + dirs,
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert bad.returncode == 2 and "--labels has 2 names" in bad.stderr
