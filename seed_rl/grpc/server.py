@@ -290,7 +290,9 @@ class _Servicer:
     key = self._watch.add(context)
     try:
       for request in request_iterator:
-        self._watch.done(key)
+        if key is not None:  # only the first message ends the watch
+          self._watch.done(key)
+          key = None
         try:
           response = self._serve_one(request, session)
         except Rejection as rejection:
