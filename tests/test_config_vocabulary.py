@@ -11,13 +11,27 @@ import pytest
 
 from seed_rl import gin_utils
 from seed_rl import train
+from seed_rl.agents.a2c.config import A2CConfig
+from seed_rl.agents.acer.config import ACERConfig
 from seed_rl.agents.dqn.config import DQNConfig
 from seed_rl.agents.ppo.config import PPOConfig
 from seed_rl.agents.r2d2.config import R2D2Config
+from seed_rl.agents.sac.config import SACConfig
+from seed_rl.agents.td3.config import TD3Config
 from seed_rl.agents.vtrace.config import VtraceConfig
 
 CONFIGS = {
-  c.__name__: c for c in (VtraceConfig, PPOConfig, DQNConfig, R2D2Config)
+  c.__name__: c
+  for c in (
+    VtraceConfig,
+    PPOConfig,
+    DQNConfig,
+    R2D2Config,
+    SACConfig,
+    TD3Config,
+    A2CConfig,
+    ACERConfig,
+  )
 }
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
