@@ -200,6 +200,14 @@ def test_tensor_non_contiguous_and_big_endian_inputs():
   assert message.data == np.arange(5, dtype="<f4").tobytes()
 
 
+def _zero_size_overflowing_shape(message):
+  """Found by the 10,000-case fuzz: 0 bytes match a shape with a zero
+  dimension, but NumPy refuses dimensions whose product overflows."""
+  message.ClearField("shape")
+  message.shape.extend([0, 2**62, 2**62])
+  message.data = b""
+
+
 @pytest.mark.parametrize(
   "mutate, expected",
   [
@@ -208,6 +216,7 @@ def test_tensor_non_contiguous_and_big_endian_inputs():
     (lambda m: m.shape.__setitem__(0, -2), "negative dimension"),
     (lambda m: setattr(m, "data", m.data[:-1]), "truncated payload"),
     (lambda m: setattr(m, "data", m.data + b"\0"), "oversized payload"),
+    (_zero_size_overflowing_shape, "is not valid"),
   ],
 )
 def test_tensor_decode_errors(mutate, expected):

@@ -94,9 +94,10 @@ def decode_tensor(
   """Returns the read-only array held by `message`.
 
   Raises:
-    ValueError naming `what`: unknown dtype, negative shape, a payload whose
-      size does not match the shape ("truncated payload" when short), or a bool
-      payload holding bytes other than 0 and 1.
+    ValueError naming `what`: unknown dtype, negative shape, a shape NumPy
+      cannot hold, a payload whose size does not match the shape ("truncated
+      payload" when short), or a bool payload holding bytes other than 0
+      and 1.
   """
   # Runs for every field of every message: kept to a few C-level calls.
   dtype = WIRE_DTYPES.get(message.dtype)
@@ -119,7 +120,12 @@ def decode_tensor(
   # True; deleting the valid bytes leaves any others (a C loop, no NumPy call).
   if dtype.kind == "b" and data.translate(None, b"\x00\x01"):
     raise ValueError(f"{what}: bool payload holds bytes other than 0 and 1")
-  return np.frombuffer(data, dtype).reshape(shape)
+  try:
+    return np.frombuffer(data, dtype).reshape(shape)
+  except ValueError as e:
+    # E.g. a zero dimension next to dimensions whose product overflows:
+    # the payload size matches (0 bytes) but NumPy refuses the shape.
+    raise ValueError(f"{what}: shape {list(shape)} is not valid: {e}") from None
 
 
 def encode_spec(spec: ArraySpec) -> seed_rl_pb2.TensorSpec:
