@@ -111,42 +111,30 @@ class SACConfig:
 
   def __post_init__(self):
     self.head_hidden = checks.layer_widths(self)
-    checks.positive_ints(
-      self,
-      "unroll_length",
-      "batch_size",
-      "replay_capacity",
-      "min_replay_size",
-      "n_step",
-      "policy_delay",
-    )
-    check_replay(self)
-    checks.discount(self)
-    if not 0 < self.tau <= 1:
-      checks.fail(
-        self,
-        f"tau must be in (0, 1] (1 copies the online weights each step, 0 "
-        f"never moves the targets), got {self.tau}",
-      )
+    check_off_policy(self)
     checks.positive(
       self, "initial_temperature", why="alpha = exp(log alpha) is learned"
     )
-    checks.positive(self, "learning_rate")
-    if self.actor_learning_rate is not None:
-      checks.positive(self, "actor_learning_rate")
-    checks.optimizer_epsilon(self, "optimizer_epsilon")
-    checks.max_grad_norm(self)
     if not self.min_log_std < self.max_log_std:
       checks.fail(
         self,
         f"min_log_std ({self.min_log_std}) must be < max_log_std "
         f"({self.max_log_std})",
       )
-    checks.torso_factory(self)
 
 
-def check_replay(config) -> None:
-  """Checks the data/replay fields SAC and TD3 share."""
+def check_off_policy(config) -> None:
+  """Checks the fields SAC and TD3 share: data/replay, discount, tau,
+  optimizer and torso."""
+  checks.positive_ints(
+    config,
+    "unroll_length",
+    "batch_size",
+    "replay_capacity",
+    "min_replay_size",
+    "n_step",
+    "policy_delay",
+  )
   if config.unroll_length < config.n_step:
     checks.fail(
       config,
@@ -171,3 +159,16 @@ def check_replay(config) -> None:
       f"random_steps must be an integer >= 0 (env steps), got "
       f"{config.random_steps!r}",
     )
+  checks.discount(config)
+  if not 0 < config.tau <= 1:
+    checks.fail(
+      config,
+      f"tau must be in (0, 1] (1 copies the online weights each update, 0 "
+      f"never moves the targets), got {config.tau}",
+    )
+  checks.positive(config, "learning_rate")
+  if config.actor_learning_rate is not None:
+    checks.positive(config, "actor_learning_rate")
+  checks.optimizer_epsilon(config, "optimizer_epsilon")
+  checks.max_grad_norm(config)
+  checks.torso_factory(config)

@@ -8,7 +8,7 @@ from typing import Callable, Optional, Tuple
 import gin
 import keras
 
-from seed_rl.agents.sac.config import check_replay
+from seed_rl.agents.sac.config import check_off_policy
 from seed_rl.classic.networks import mlp_torso
 from seed_rl.common import config_checks as checks
 
@@ -112,23 +112,7 @@ class TD3Config:
 
   def __post_init__(self):
     self.head_hidden = checks.layer_widths(self)
-    checks.positive_ints(
-      self,
-      "unroll_length",
-      "batch_size",
-      "replay_capacity",
-      "min_replay_size",
-      "n_step",
-      "policy_delay",
-    )
-    check_replay(self)
-    checks.discount(self)
-    if not 0 < self.tau <= 1:
-      checks.fail(
-        self,
-        f"tau must be in (0, 1] (1 copies the online weights each update, 0 "
-        f"never moves the targets), got {self.tau}",
-      )
+    check_off_policy(self)
     checks.non_negative(
       self, "policy_noise", why="a std; 0 turns target smoothing off"
     )
@@ -141,9 +125,3 @@ class TD3Config:
     checks.non_negative(
       self, "exploration_noise", why="a std, in half action ranges"
     )
-    checks.positive(self, "learning_rate")
-    if self.actor_learning_rate is not None:
-      checks.positive(self, "actor_learning_rate")
-    checks.optimizer_epsilon(self, "optimizer_epsilon")
-    checks.max_grad_norm(self)
-    checks.torso_factory(self)
