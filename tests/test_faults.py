@@ -469,10 +469,16 @@ def test_idle_rpcs_are_cancelled_in_process():
     np.testing.assert_array_equal(client.step(b), b.observation.argmax(1))
     assert time.monotonic() - start < 10
     client.close()
-    assert [f.exception().code() for f in idle] == [
-      grpc.StatusCode.CANCELLED
-    ] * 3
-    assert srv.idle_rpcs_cancelled == 3
+    # Each idle call either held a worker and was cancelled, or (when the
+    # empty Hello took a worker first) found the pool full at once.
+    codes = [f.exception().code() for f in idle]
+    cancelled = codes.count(grpc.StatusCode.CANCELLED)
+    assert cancelled >= 2, codes
+    assert set(codes) <= {
+      grpc.StatusCode.CANCELLED,
+      grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }, codes
+    assert srv.idle_rpcs_cancelled == cancelled
     error = empty.exception()
     assert error.code() in (
       grpc.StatusCode.INVALID_ARGUMENT,
