@@ -20,13 +20,14 @@ epsilon), and prints one JSON line:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+
+from seed_rl.common import saved_run
 
 VIDEO_EXTRA_HINT = "pip install -e '.[video]'"
 
@@ -84,14 +85,11 @@ def evaluate(
   over-counted); the video shows env 0's first episode.
   """
   from seed_rl.actors import factory  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.agent_api import ActInputs  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.env_state import EnvStateTable  # pylint: disable=g-import-not-at-top
 
   if episodes < 1 or num_envs < 1:
     raise ValueError("--episodes and --num_envs must be >= 1")
   n = min(num_envs, episodes)
   quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
-  agent = run.agent
   writer = _video_writer(video, fps) if video else None
   if writer is not None:
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame, headless
@@ -99,6 +97,37 @@ def evaluate(
       env = run.create_environment(n, seed)
   else:
     env = run.create_environment(n, seed)
+  start = time.monotonic()
+  try:
+    returns, lengths, frames_written = _play(run, env, quota, greedy, writer)
+  finally:
+    env.close()
+    if writer is not None:
+      writer.close()
+  result = _summary(run, returns, lengths, greedy, seed)
+  result["seconds"] = round(time.monotonic() - start, 2)
+  if video:
+    result["video"] = os.path.abspath(video)
+    result["video_frames"] = frames_written
+  return result
+
+
+def _play(
+  run, env, quota: np.ndarray, greedy: bool, writer
+) -> Tuple[List[float], List[int], int]:
+  """Steps the [N] envs of `env` until env i has finished quota[i] episodes,
+  through the runtime's per-env state (frame stacks, recurrent state,
+  previous actions) and the agent's `act`; `writer` (if any) gets the frames
+  of env 0's first episode.
+
+  Returns:
+    (returns, lengths) of the counted episodes, in the order they ended, and
+    the number of video frames written.
+  """
+  from seed_rl.common.agent_api import ActInputs  # pylint: disable=g-import-not-at-top
+  from seed_rl.common.env_state import EnvStateTable  # pylint: disable=g-import-not-at-top
+
+  agent, n = run.agent, len(quota)
   state = EnvStateTable(
     n,
     run.observation_spec,
@@ -110,69 +139,92 @@ def evaluate(
   # R2D2's per-env epsilons (sampling mode) are indexed by training env id.
   agent_ids = (ids % max(int(agent.num_envs), 1)).astype(np.int32)
   eval_mask = np.full(n, greedy)
-  returns: List[float] = []
-  lengths: List[int] = []
-  done_count = np.zeros(n, np.int64)
-  ep_return = np.zeros(n, np.float64)
-  ep_length = np.zeros(n, np.int64)
+  episodes = _Episodes(quota)
   frames_written = 0
   recording = writer is not None
-  start = time.monotonic()
-  try:
-    observation = env.reset()
-    reward = np.zeros(n, np.float32)
-    new_episode = np.ones(n, bool)
-    while (done_count < quota).any():
-      if recording and writer is not None:
-        frame = env.render()
-        if frame is None:
-          if not is_image(run.observation_spec):
-            raise RuntimeError(
-              f"the {run.env} environment cannot render and its "
-              "observations are not images; no video"
-            )
-          frame = observation_frame(observation[0])
-        writer.append_data(_even(frame))
-        frames_written += 1
-      state.reset(ids[new_episode])
-      core, prev_action = state.gather(ids)
-      stacked = state.stacked(ids, observation)
-      out = agent.act(
-        ActInputs(
-          env_ids=agent_ids,
-          observation=stacked,
-          prev_action=prev_action,
-          reward=reward,
-          done=new_episode,
-          core_state=core,
-          eval_mask=eval_mask,
-        )
+  observation = env.reset()
+  reward = np.zeros(n, np.float32)
+  new_episode = np.ones(n, bool)
+  while not episodes.complete:
+    if recording and writer is not None:
+      writer.append_data(_even(_video_frame(run, env, observation)))
+      frames_written += 1
+    state.reset(ids[new_episode])
+    core, prev_action = state.gather(ids)
+    stacked = state.stacked(ids, observation)
+    out = agent.act(
+      ActInputs(
+        env_ids=agent_ids,
+        observation=stacked,
+        prev_action=prev_action,
+        reward=reward,
+        done=new_episode,
+        core_state=core,
+        eval_mask=eval_mask,
       )
-      action = np.asarray(out.action, run.action_spec.dtype)
-      state.scatter(ids, tuple(out.core_state), action)
-      result = env.step(action)
-      ep_return += result.reward
-      ep_length += 1
-      ended = result.terminated | result.truncated
-      for i in np.flatnonzero(ended):
-        if done_count[i] < quota[i]:
-          returns.append(float(ep_return[i]))
-          lengths.append(int(ep_length[i]))
-          done_count[i] += 1
-        if i == 0:
-          recording = False
-        ep_return[i], ep_length[i] = 0.0, 0
-      observation, reward, new_episode = (
-        result.observation,
-        result.reward,
-        ended,
+    )
+    action = np.asarray(out.action, run.action_spec.dtype)
+    state.scatter(ids, tuple(out.core_state), action)
+    result = env.step(action)
+    ended = result.terminated | result.truncated
+    episodes.add(result.reward, ended)
+    recording = recording and not ended[0]
+    observation, reward, new_episode = (
+      result.observation,
+      result.reward,
+      ended,
+    )
+  return episodes.returns, episodes.lengths, frames_written
+
+
+class _Episodes:
+  """Running return and length of each of N envs; keeps the first quota[i]
+  episodes env i finishes (returns and lengths in the order they end)."""
+
+  def __init__(self, quota: np.ndarray):
+    n = len(quota)
+    self.quota = quota
+    self.returns: List[float] = []
+    self.lengths: List[int] = []
+    self._done = np.zeros(n, np.int64)
+    self._return = np.zeros(n, np.float64)
+    self._length = np.zeros(n, np.int64)
+
+  @property
+  def complete(self) -> bool:
+    return not (self._done < self.quota).any()
+
+  def add(self, reward: np.ndarray, ended: np.ndarray) -> None:
+    """One step of every env: reward [N], ended [N] bool."""
+    self._return += reward
+    self._length += 1
+    for i in np.flatnonzero(ended):
+      if self._done[i] < self.quota[i]:
+        self.returns.append(float(self._return[i]))
+        self.lengths.append(int(self._length[i]))
+        self._done[i] += 1
+      self._return[i], self._length[i] = 0.0, 0
+
+
+def _video_frame(run, env, observation: np.ndarray) -> np.ndarray:
+  """Env 0's rendered RGB frame, or its image observation scaled up."""
+  frame = env.render()
+  if frame is None:
+    if not is_image(run.observation_spec):
+      raise RuntimeError(
+        f"the {run.env} environment cannot render and its "
+        "observations are not images; no video"
       )
-  finally:
-    env.close()
-    if writer is not None:
-      writer.close()
+    frame = observation_frame(observation[0])
+  return frame
+
+
+def _summary(
+  run, returns: List[float], lengths: List[int], greedy: bool, seed: int
+) -> Dict[str, Any]:
+  """The JSON line's statistics of the episodes and the run's identity."""
   r = np.asarray(returns, np.float64)
-  out_json: Dict[str, Any] = {
+  return {
     "env": run.env,
     "agent": run.agent_name,
     "episodes": len(returns),
@@ -188,21 +240,11 @@ def evaluate(
     "env_steps": run.env_steps,
     "checkpoint": run.checkpoint,
     "seed": seed,
-    "seconds": round(time.monotonic() - start, 2),
   }
-  if video:
-    out_json["video"] = os.path.abspath(video)
-    out_json["video_frames"] = frames_written
-  return out_json
 
 
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(
-    prog="python -m seed_rl.evaluate",
-    description=__doc__,
-    formatter_class=argparse.RawDescriptionHelpFormatter,
-  )
-  p.add_argument("--logdir", required=True, help="the run's --logdir")
+  p = saved_run.tool_parser("python -m seed_rl.evaluate", __doc__)
   p.add_argument("--episodes", type=int, default=10)
   p.add_argument(
     "--video", default=None, help="write the first episode to this .mp4"
@@ -229,8 +271,6 @@ def build_parser() -> argparse.ArgumentParser:
     default=1,
     help="envs played side by side (each plays its share of episodes)",
   )
-  p.add_argument("--env", default=None, help="for logdirs without run.json")
-  p.add_argument("--agent", default=None, help="for logdirs without run.json")
   return p
 
 
@@ -239,12 +279,10 @@ def main(argv=None) -> int:
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  from seed_rl.common import saved_run  # pylint: disable=g-import-not-at-top
-
   tf.random.set_seed(args.seed)
-  try:
-    run = saved_run.load_run(args.logdir, args.env, args.agent)
-    result = evaluate(
+  return saved_run.run_tool(
+    args,
+    lambda run: evaluate(
       run,
       args.episodes,
       greedy=args.greedy,
@@ -252,12 +290,9 @@ def main(argv=None) -> int:
       num_envs=args.num_envs,
       video=args.video,
       fps=args.fps,
-    )
-  except (ValueError, RuntimeError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  print(json.dumps(result), flush=True)
-  return 0
+    ),
+    errors=(ValueError, RuntimeError),
+  )
 
 
 if __name__ == "__main__":

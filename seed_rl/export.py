@@ -42,71 +42,95 @@ import os
 import sys
 from typing import Any, Callable, Dict, Tuple
 
+from seed_rl.common import saved_run
+
 SUPPORTED_AGENTS = ("vtrace", "ppo", "dqn", "r2d2")
+
+# name -> (shape after B, dtype) of each state tensor of a policy.
+StateSpecs = Dict[str, Tuple[Tuple[int, ...], Any]]
 
 
 def _greedy_step(agent) -> Tuple[Callable, bool]:
   """(fn(observation, prev_action, reward, done, core) -> (action, core),
   recurrent) for the agent's greedy policy, as its `act` with eval_mask
   (R2D2 without its evaluation epsilon)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  def is_a(name: str, class_name: str) -> bool:
+  for name, class_name, build in (
+    ("vtrace", "VtraceAgent", _vtrace_step),
+    ("ppo", "PPOAgent", _ppo_step),
+    ("dqn", "DQNAgent", _dqn_step),
+    ("r2d2", "R2D2Agent", _r2d2_step),
+  ):
     # Only the run's agent module is imported (gin refuses new
     # configurables once the config is locked).
     module = sys.modules.get(f"seed_rl.agents.{name}.agent")
-    return module is not None and isinstance(agent, getattr(module, class_name))
-
-  action_dtype = agent.action_spec.dtype
-  if is_a("vtrace", "VtraceAgent"):
-    vtrace_lib = sys.modules["seed_rl.agents.vtrace.agent"]
-    network = agent.network
-    distribution = vtrace_lib.policy_distribution(agent.action_spec)
-
-    def vtrace_step(observation, prev_action, reward, done, core):
-      params, _, core = network.step(
-        observation, prev_action, reward, done, core
-      )
-      return tf.cast(distribution.mode(params)[0], action_dtype), core
-
-    return vtrace_step, bool(agent.config.use_lstm)
-  if is_a("ppo", "PPOAgent"):
-    network, normalizer = agent.network, agent.observation_normalizer
-    distribution = agent.distribution
-
-    def ppo_step(observation, prev_action, reward, done, core):
-      del prev_action, reward, done
-      if normalizer is not None:
-        observation = normalizer.normalize(observation)
-      params, _ = network(observation)
-      return tf.cast(distribution.mode(params)[0], action_dtype), core
-
-    return ppo_step, False
-  if is_a("dqn", "DQNAgent"):
-    online, noisy = agent.online_network, agent.config.noisy is not None
-
-    def dqn_step(observation, prev_action, reward, done, core):
-      del prev_action, reward, done
-      q = (
-        online(observation, deterministic=True)
-        if noisy
-        else online(observation)
-      )
-      return tf.cast(tf.argmax(q, axis=-1), action_dtype), core
-
-    return dqn_step, False
-  if is_a("r2d2", "R2D2Agent"):
-    online = agent.online_network
-
-    def r2d2_step(observation, prev_action, reward, done, core):
-      q, core = online.step(observation, prev_action, reward, done, core)
-      return tf.cast(tf.argmax(q, axis=-1), action_dtype), tuple(core)
-
-    return r2d2_step, True
+    if module is not None and isinstance(agent, getattr(module, class_name)):
+      return build(agent, module)
   raise ValueError(
     f"seed_rl.export supports the agents {', '.join(SUPPORTED_AGENTS)}; "
     f"not {type(agent).__module__}.{type(agent).__name__}"
   )
+
+
+def _vtrace_step(agent, vtrace_lib) -> Tuple[Callable, bool]:
+  """The mode of the V-trace policy; recurrent with use_lstm."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  network, action_dtype = agent.network, agent.action_spec.dtype
+  distribution = vtrace_lib.policy_distribution(agent.action_spec)
+
+  def vtrace_step(observation, prev_action, reward, done, core):
+    params, _, core = network.step(observation, prev_action, reward, done, core)
+    return tf.cast(distribution.mode(params)[0], action_dtype), core
+
+  return vtrace_step, bool(agent.config.use_lstm)
+
+
+def _ppo_step(agent, _) -> Tuple[Callable, bool]:
+  """The mode of the PPO policy, on normalised observations if it trained
+  on them."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  network, normalizer = agent.network, agent.observation_normalizer
+  distribution, action_dtype = agent.distribution, agent.action_spec.dtype
+
+  def ppo_step(observation, prev_action, reward, done, core):
+    del prev_action, reward, done
+    if normalizer is not None:
+      observation = normalizer.normalize(observation)
+    params, _ = network(observation)
+    return tf.cast(distribution.mode(params)[0], action_dtype), core
+
+  return ppo_step, False
+
+
+def _dqn_step(agent, _) -> Tuple[Callable, bool]:
+  """argmax of the online Q-network (noisy layers at their mean)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  online, noisy = agent.online_network, agent.config.noisy is not None
+  action_dtype = agent.action_spec.dtype
+
+  def dqn_step(observation, prev_action, reward, done, core):
+    del prev_action, reward, done
+    q = (
+      online(observation, deterministic=True) if noisy else online(observation)
+    )
+    return tf.cast(tf.argmax(q, axis=-1), action_dtype), core
+
+  return dqn_step, False
+
+
+def _r2d2_step(agent, _) -> Tuple[Callable, bool]:
+  """argmax of the recurrent online Q-network."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  online, action_dtype = agent.online_network, agent.action_spec.dtype
+
+  def r2d2_step(observation, prev_action, reward, done, core):
+    q, core = online.step(observation, prev_action, reward, done, core)
+    return tf.cast(tf.argmax(q, axis=-1), action_dtype), tuple(core)
+
+  return r2d2_step, True
 
 
 def make_policy_module(run) -> Tuple[Any, Dict[str, Any]]:
@@ -121,38 +145,9 @@ def make_policy_module(run) -> Tuple[Any, Dict[str, Any]]:
       f"not {run.agent_name!r}"
     )
   step, recurrent = _greedy_step(agent)
-  obs_spec, act_spec, k = run.observation_spec, run.action_spec, run.frame_stack
-  frame_shape, action_shape = tuple(obs_spec.shape), tuple(act_spec.shape)
-  core_shapes = [tuple(s.shape[1:]) for s in agent.initial_core_state(1)]
-  # name -> (shape after B, dtype) of each state tensor.
-  state_specs: Dict[str, Tuple[Tuple[int, ...], Any]] = {}
-  if k > 1:
-    state_specs["state_frames"] = (frame_shape + (k - 1,), obs_spec.dtype)
-  if recurrent:
-    state_specs["state_prev_action"] = (action_shape, act_spec.dtype)
-    for i, shape in enumerate(core_shapes):
-      state_specs[f"state_core_{i}"] = (shape, tf.float32)
-
-  input_signature = {
-    "observation": tf.TensorSpec((None,) + frame_shape, obs_spec.dtype),
-    "first": tf.TensorSpec([None], tf.bool),
-    "reward": tf.TensorSpec([None], tf.float32),
-  }
-  for name, (shape, dtype) in state_specs.items():
-    input_signature[name] = tf.TensorSpec((None,) + shape, dtype)
-  # The names become the signature's keyword arguments.
-  input_signature = {
-    name: tf.TensorSpec(spec.shape, spec.dtype, name=name)
-    for name, spec in input_signature.items()
-  }
-
-  def dims(shape):
-    return tf.constant(list(shape), tf.int32, shape=[len(shape)])
-
-  def keep(first, x):
-    """x with the rows where `first` zeroed (a fresh episode's state)."""
-    mask = tf.reshape(tf.logical_not(first), [-1] + [1] * (x.shape.rank - 1))
-    return tf.where(mask, x, tf.zeros_like(x))
+  state_specs = _state_specs(run, recurrent)
+  input_signature = _input_signature(run.observation_spec, state_specs)
+  num_cores = sum(name.startswith("state_core_") for name in state_specs)
 
   class ExportedPolicy(tf.Module):
     def __init__(self):
@@ -162,63 +157,132 @@ def make_policy_module(run) -> Tuple[Any, Dict[str, Any]]:
 
     @tf.function(input_signature=[input_signature])
     def policy(self, inputs):
-      first = inputs["first"]
-      observation = inputs["observation"]
-      out = {}
-      if k > 1:
-        # As the learner's EnvStateTable: zeros before an episode's first
-        # frame, the newest frame last.
-        frames = keep(first, inputs["state_frames"])
-        observation = tf.concat([frames, observation[..., None]], axis=-1)
-        out["state_frames"] = observation[..., 1:]
-      prev_action = tf.zeros(
-        tf.concat([tf.shape(first), dims(action_shape)], 0), act_spec.dtype
-      )
-      core: Tuple[Any, ...] = ()
-      if recurrent:
-        prev_action = keep(first, inputs["state_prev_action"])
-        core = tuple(
-          keep(first, inputs[f"state_core_{i}"])
-          for i in range(len(core_shapes))
-        )
-      action, core = step(
-        observation, prev_action, inputs["reward"], first, core
-      )
-      out["action"] = action
-      if recurrent:
-        out["state_prev_action"] = action
-        for i, c in enumerate(core):
-          out[f"state_core_{i}"] = c
-      return out
+      return _policy(inputs, step, recurrent, run, num_cores)
 
     @tf.function(
       input_signature=[tf.TensorSpec([], tf.int32, name="batch_size")]
     )
     def initial_state(self, batch_size):
       return {
-        name: tf.zeros(tf.concat([[batch_size], dims(shape)], 0), dtype)
+        name: tf.zeros(tf.concat([[batch_size], _dims(shape)], 0), dtype)
         for name, (shape, dtype) in state_specs.items()
       }
 
-  description = {
+  return ExportedPolicy(), _description(run, input_signature, state_specs)
+
+
+def _state_specs(run, recurrent: bool) -> StateSpecs:
+  """The policy's state: the previous k-1 frames (k = the run's frame
+  stack, if > 1) and, for recurrent agents, the previous action and the
+  core state (LSTM h, c)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  obs_spec, act_spec, k = run.observation_spec, run.action_spec, run.frame_stack
+  core_shapes = [tuple(s.shape[1:]) for s in run.agent.initial_core_state(1)]
+  state_specs: StateSpecs = {}
+  if k > 1:
+    state_specs["state_frames"] = (
+      tuple(obs_spec.shape) + (k - 1,),
+      obs_spec.dtype,
+    )
+  if recurrent:
+    state_specs["state_prev_action"] = (tuple(act_spec.shape), act_spec.dtype)
+    for i, shape in enumerate(core_shapes):
+      state_specs[f"state_core_{i}"] = (shape, tf.float32)
+  return state_specs
+
+
+def _input_signature(obs_spec, state_specs: StateSpecs) -> Dict[str, Any]:
+  """name -> tf.TensorSpec [B, ...] of the policy's inputs (the names become
+  the signature's keyword arguments)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  shapes_and_dtypes = {
+    "observation": (tuple(obs_spec.shape), obs_spec.dtype),
+    "first": ((), tf.bool),
+    "reward": ((), tf.float32),
+    **state_specs,
+  }
+  return {
+    name: tf.TensorSpec((None,) + shape, dtype, name=name)
+    for name, (shape, dtype) in shapes_and_dtypes.items()
+  }
+
+
+def _policy(inputs, step, recurrent: bool, run, num_cores: int):
+  """One greedy step of the exported policy: {action, state_*} [B, ...] for
+  the inputs {observation, first, reward, state_*} (see the module
+  docstring); `step` and `recurrent` as _greedy_step returns them."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  act_spec, k = run.action_spec, run.frame_stack
+  first = inputs["first"]
+  observation = inputs["observation"]
+  out = {}
+  if k > 1:
+    # As the learner's EnvStateTable: zeros before an episode's first
+    # frame, the newest frame last.
+    frames = _keep(first, inputs["state_frames"])
+    observation = tf.concat([frames, observation[..., None]], axis=-1)
+    out["state_frames"] = observation[..., 1:]
+  prev_action = tf.zeros(
+    tf.concat([tf.shape(first), _dims(tuple(act_spec.shape))], 0),
+    act_spec.dtype,
+  )
+  core: Tuple[Any, ...] = ()
+  if recurrent:
+    prev_action = _keep(first, inputs["state_prev_action"])
+    core = tuple(
+      _keep(first, inputs[f"state_core_{i}"]) for i in range(num_cores)
+    )
+  action, core = step(observation, prev_action, inputs["reward"], first, core)
+  out["action"] = action
+  if recurrent:
+    out["state_prev_action"] = action
+    for i, c in enumerate(core):
+      out[f"state_core_{i}"] = c
+  return out
+
+
+def _dims(shape):
+  """A shape as an int32 vector, for tf.zeros of a dynamic batch."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  return tf.constant(list(shape), tf.int32, shape=[len(shape)])
+
+
+def _keep(first, x):
+  """x [B, ...] with the rows where `first` [B] zeroed (a fresh episode's
+  state)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  mask = tf.reshape(tf.logical_not(first), [-1] + [1] * (x.shape.rank - 1))
+  return tf.where(mask, x, tf.zeros_like(x))
+
+
+def _description(
+  run, input_signature: Dict[str, Any], state_specs: StateSpecs
+) -> Dict[str, Any]:
+  """What seed_rl_export.json says about the policy's inputs and outputs."""
+  act_spec = run.action_spec
+  return {
     "env": run.env,
     "agent": run.agent_name,
     "checkpoint": run.checkpoint,
     "learner_step": run.learner_step,
     "env_steps": run.env_steps,
-    "frame_stack": k,
+    "frame_stack": run.frame_stack,
     "inputs": {
       name: {"shape": [None] + list(spec.shape[1:]), "dtype": spec.dtype.name}
       for name, spec in input_signature.items()
     },
     "outputs": ["action"] + list(state_specs),
     "action": {
-      "shape": list(action_shape),
+      "shape": list(act_spec.shape),
       "dtype": str(act_spec.dtype),
       "num_values": act_spec.num_values,
     },
   }
-  return ExportedPolicy(), description
 
 
 def export(run, out_dir: str) -> Dict[str, Any]:
@@ -239,31 +303,15 @@ def export(run, out_dir: str) -> Dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(
-    prog="python -m seed_rl.export",
-    description=__doc__,
-    formatter_class=argparse.RawDescriptionHelpFormatter,
-  )
-  p.add_argument("--logdir", required=True, help="the run's --logdir")
+  p = saved_run.tool_parser("python -m seed_rl.export", __doc__)
   p.add_argument("--out", required=True, help="SavedModel directory")
-  p.add_argument("--env", default=None, help="for logdirs without run.json")
-  p.add_argument("--agent", default=None, help="for logdirs without run.json")
   return p
 
 
 def main(argv=None) -> int:
   args = build_parser().parse_args(argv)
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  from seed_rl.common import saved_run  # pylint: disable=g-import-not-at-top
-
-  try:
-    run = saved_run.load_run(args.logdir, args.env, args.agent)
-    description = export(run, args.out)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  print(json.dumps(description), flush=True)
-  return 0
+  return saved_run.run_tool(args, lambda run: export(run, args.out))
 
 
 if __name__ == "__main__":

@@ -21,15 +21,13 @@ import socket
 import subprocess
 import sys
 import time
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from seed_rl import registry
 
-# seed_rl.actors.main exits with 2 when the learner refuses it (spec mismatch,
-# protocol error): restarting cannot help. Other failures (an environment that
-# crashed: 3) are retried.
-# Actor exit codes that stop the run (every other failure is restarted
-# within the restart budget, e.g. a refused message or a lost learner).
+# Actor exit codes (seed_rl.actors.main's EXIT_*) that stop the run: every
+# other failure is restarted within the restart budget (a crashed or hung
+# environment, a refused message, a lost learner).
 ACTOR_ENV_CONFIG_ERROR = 4  # the environment could not be created
 ACTOR_FATAL = 5  # specs differ from the learner's, or token/TLS refused
 MAX_ACTOR_RESTARTS_PER_MINUTE = 10
@@ -121,7 +119,61 @@ def build_parser(flags_only: bool = False) -> argparse.ArgumentParser:
   return p
 
 
+def learner_run_flags(
+  env: str, agent: str, num_actors: int, envs_per_actor: int
+) -> List[str]:
+  """The learner flags that name a run: env, agent, N actors of K envs.
+
+  Shared with the cluster launcher (seed_rl/cluster/vertex.py), so that both
+  start the learner for the same run the same way."""
+  return [
+    "--env",
+    env,
+    "--agent",
+    agent,
+    "--num_actors",
+    str(num_actors),
+    "--envs_per_actor",
+    str(envs_per_actor),
+  ]
+
+
 def main(argv=None) -> int:
+  """Checks the run, starts every process, supervises them; the exit code."""
+  args, extra = _parse_args(argv)
+  try:
+    gin_args = _prepare(args, extra)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  address = f"localhost:{args.port or _free_port()}"
+  stopping: List[int] = []  # signals, or the actor exit code that stops us
+
+  def on_signal(signum, _):
+    stopping.append(signum)
+
+  signal.signal(signal.SIGINT, on_signal)
+  signal.signal(signal.SIGTERM, on_signal)
+  procs: List[Tuple[str, subprocess.Popen]] = []
+  for name, cmd in _commands(args, extra, gin_args, address):
+    proc = subprocess.Popen(cmd, preexec_fn=die_with_parent)
+    procs.append((name, proc))
+    print(f"[launcher] started {name} (pid {proc.pid})", flush=True)
+  if args.tensorboard:
+    print(
+      f"[launcher] TensorBoard: http://localhost:{args.tensorboard_port}",
+      flush=True,
+    )
+  learner = procs[0][1]
+  try:
+    code = _supervise(procs, stopping)
+  finally:
+    _stop_all(procs)
+  return _exit_code(code, learner, stopping)
+
+
+def _parse_args(argv) -> Tuple[argparse.Namespace, List[str]]:
+  """(our arguments, the flags we do not know: the learner's)."""
   argv = list(sys.argv[1:] if argv is None else argv)
   # Positionals lead (ENV AGENT NUM_ACTORS ENVS_PER_ACTOR); everything after
   # them is flags, ours or the learner's: parsing them apart keeps a learner
@@ -133,102 +185,51 @@ def main(argv=None) -> int:
   _, extra = build_parser(flags_only=True).parse_known_args(
     argv[npos:], namespace=args
   )
-  try:
-    registry.check_pair(args.env, args.agent)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  return args, extra
+
+
+def _prepare(args: argparse.Namespace, extra: List[str]) -> List[str]:
+  """Checks the run before anything starts (a configuration mistake is one
+  message, not a restart loop); returns the actors' gin flags.
+
+  Raises:
+    ValueError: what is wrong, to print after 'error: '.
+  """
+  registry.check_pair(args.env, args.agent)
   if args.num_actors < 1 or args.envs_per_actor < 1:
-    print("error: NUM_ACTORS and ENVS_PER_ACTOR must be >= 1", file=sys.stderr)
-    return 2
+    raise ValueError("NUM_ACTORS and ENVS_PER_ACTOR must be >= 1")
   if args.actor_stats_dir:
     os.makedirs(args.actor_stats_dir, exist_ok=True)
-  port = args.port or _free_port()
-  address = f"localhost:{port}"
-  py = sys.executable
   gin_args = ["--gin_config", registry.gin_file(args.env, args.agent)]
   gin_args += _forwarded(extra, ("--gin_config", "--gin_bindings"))
   configs, bindings = _gin_sources(gin_args)
-  try:
-    from seed_rl import gin_utils  # pylint: disable=g-import-not-at-top
+  from seed_rl import gin_utils  # pylint: disable=g-import-not-at-top
 
-    gin_utils.check_renamed(configs, bindings)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  gin_utils.check_renamed(configs, bindings)
   problem = _check_environment(args.env, configs, bindings, args.seed)
   if problem:
-    print(f"error: cannot create the environment: {problem}", file=sys.stderr)
-    return 2
-  learner_cmd = [
-    py,
-    "-m",
-    "seed_rl.learner_main",
-    "--env",
-    args.env,
-    "--agent",
-    args.agent,
-    "--num_actors",
-    str(args.num_actors),
-    "--envs_per_actor",
-    str(args.envs_per_actor),
-    "--num_eval_actors",
-    str(args.num_eval_actors),
-    "--server_address",
-    f"localhost:{port}",
-    "--seed",
-    str(args.seed),
-  ] + extra
-  procs = []
+    raise ValueError(f"cannot create the environment: {problem}")
+  return gin_args
 
-  def spawn(cmd, name):
-    proc = subprocess.Popen(cmd, preexec_fn=die_with_parent)
-    procs.append((name, proc))
-    print(f"[launcher] started {name} (pid {proc.pid})", flush=True)
 
-  stopping = []
-
-  def on_signal(signum, _):
-    stopping.append(signum)
-
-  signal.signal(signal.SIGINT, on_signal)
-  signal.signal(signal.SIGTERM, on_signal)
-  spawn(learner_cmd, "learner")
-  for i in range(args.num_actors + args.num_eval_actors):
-    spawn(
-      [
-        py,
-        "-m",
-        "seed_rl.actors.main",
-        "--env",
-        args.env,
-        "--actor_id",
-        str(i),
-        "--num_envs",
-        str(args.envs_per_actor),
-        "--server_address",
-        address,
-        "--seed",
-        str(args.seed),
-      ]
-      + (
-        ["--env_step_timeout_s", str(args.env_step_timeout_s)]
-        if args.env_step_timeout_s
-        else []
-      )
-      + gin_args
-      + (
-        [
-          "--stats_file",
-          os.path.join(args.actor_stats_dir, f"actor_{i}.json"),
-          "--log_interval_s",
-          "5",
-        ]
-        if args.actor_stats_dir
-        else []
-      ),
-      f"actor {i}",
+def _commands(
+  args: argparse.Namespace, extra: List[str], gin_args: List[str], address: str
+) -> List[Tuple[str, List[str]]]:
+  """(name, command line) of each process: the learner first, then the
+  actors (training ones, then evaluation ones), then TensorBoard if asked."""
+  py = sys.executable
+  learner = (
+    [py, "-m", "seed_rl.learner_main"]
+    + learner_run_flags(
+      args.env, args.agent, args.num_actors, args.envs_per_actor
     )
+    + ["--num_eval_actors", str(args.num_eval_actors)]
+    + ["--server_address", address, "--seed", str(args.seed)]
+    + extra
+  )
+  commands = [("learner", learner)]
+  for i in range(args.num_actors + args.num_eval_actors):
+    commands.append((f"actor {i}", _actor_command(args, gin_args, i, address)))
   if args.tensorboard:
     forwarded_logdir = _forwarded(extra, ("--logdir",))
     logdir = (
@@ -236,85 +237,102 @@ def main(argv=None) -> int:
       if forwarded_logdir
       else os.path.join("runs", f"{args.env}-{args.agent}")
     )
-    spawn(
-      [
-        py,
-        "-m",
-        "tensorboard.main",
-        "--logdir",
-        logdir,
-        "--port",
-        str(args.tensorboard_port),
-      ],
-      "tensorboard",
+    commands.append(
+      (
+        "tensorboard",
+        [py, "-m", "tensorboard.main", "--logdir", logdir]
+        + ["--port", str(args.tensorboard_port)],
+      )
     )
-    print(
-      f"[launcher] TensorBoard: http://localhost:{args.tensorboard_port}",
-      flush=True,
-    )
+  return commands
 
+
+def _actor_command(
+  args: argparse.Namespace, gin_args: List[str], i: int, address: str
+) -> List[str]:
+  """Actor `i`'s command line."""
+  cmd = [sys.executable, "-m", "seed_rl.actors.main", "--env", args.env]
+  cmd += ["--actor_id", str(i), "--num_envs", str(args.envs_per_actor)]
+  cmd += ["--server_address", address, "--seed", str(args.seed)]
+  if args.env_step_timeout_s:
+    cmd += ["--env_step_timeout_s", str(args.env_step_timeout_s)]
+  cmd += gin_args
+  if args.actor_stats_dir:
+    stats_file = os.path.join(args.actor_stats_dir, f"actor_{i}.json")
+    cmd += ["--stats_file", stats_file, "--log_interval_s", "5"]
+  return cmd
+
+
+def _supervise(
+  procs: List[Tuple[str, subprocess.Popen]], stopping: list
+) -> Optional[int]:
+  """Polls every 0.2 s until the learner exits (returns its exit code) or
+  something lands in `stopping` (returns None): a signal, or the exit code of
+  an actor that must not be restarted. Other crashed actors are restarted in
+  place in `procs`."""
   learner = procs[0][1]
-  code = None
   # Times of actor restarts, to give up on a crash loop.
   restarts: List[float] = []
-  try:
-    while not stopping:
-      code = learner.poll()
-      if code is not None:
+  while not stopping:
+    code = learner.poll()
+    if code is not None:
+      return code
+    for i, (name, proc) in enumerate(procs):
+      rc = proc.poll()
+      if rc in (None, 0) or not name.startswith("actor"):
+        continue
+      reason = _why_not_restart(name, rc, restarts)
+      if reason:
+        print(f"[launcher] {name} {reason}", file=sys.stderr, flush=True)
+        stopping.append(rc)
         break
-      for i, (name, proc) in enumerate(procs):
-        rc = proc.poll()
-        if rc in (None, 0) or not name.startswith("actor"):
-          continue
-        if rc == ACTOR_ENV_CONFIG_ERROR:
-          print(
-            f"[launcher] {name} could not create its environment (the "
-            "message above says why); stopping without restarts",
-            file=sys.stderr,
-            flush=True,
-          )
-          stopping.append(rc)
-          break
-        if rc == ACTOR_FATAL:
-          print(
-            f"[launcher] {name} was refused by the learner (exit {rc}); "
-            "stopping",
-            file=sys.stderr,
-            flush=True,
-          )
-          stopping.append(rc)
-          break
-        now = time.monotonic()
-        restarts[:] = [t for t in restarts if now - t < 60] + [now]
-        if len(restarts) > MAX_ACTOR_RESTARTS_PER_MINUTE:
-          print(
-            f"[launcher] {name} exited with code {rc}; more than "
-            f"{MAX_ACTOR_RESTARTS_PER_MINUTE} actor restarts in a minute, "
-            "stopping",
-            file=sys.stderr,
-            flush=True,
-          )
-          stopping.append(rc)
-          break
-        # The learner keeps serving the other actors; the restarted one draws
-        # new run ids, so the learner resets its envs' state and unrolls.
-        print(
-          f"[launcher] {name} exited with code {rc}; restarting it",
-          file=sys.stderr,
-          flush=True,
-        )
-        new = subprocess.Popen(proc.args, preexec_fn=die_with_parent)
-        procs[i] = (name, new)
-        print(f"[launcher] restarted {name} (pid {new.pid})", flush=True)
-      time.sleep(0.2)
-  finally:
-    _stop_all(procs)
-  if code is None:
-    code = learner.returncode if learner.returncode is not None else 1
-    if stopping and stopping[0] in (signal.SIGINT, signal.SIGTERM):
-      code = 0 if learner.returncode in (0, -signal.SIGTERM) else code
-    elif stopping:  # an actor's configuration was refused: not a success
-      code = 2
+      # The learner keeps serving the other actors; the restarted one draws
+      # new run ids, so the learner resets its envs' state and unrolls.
+      print(
+        f"[launcher] {name} exited with code {rc}; restarting it",
+        file=sys.stderr,
+        flush=True,
+      )
+      new = subprocess.Popen(proc.args, preexec_fn=die_with_parent)
+      procs[i] = (name, new)
+      print(f"[launcher] restarted {name} (pid {new.pid})", flush=True)
+    time.sleep(0.2)
+  return None
+
+
+def _why_not_restart(name: str, rc: int, restarts: List[float]) -> str:
+  """Why an actor that exited with `rc` stops the run, or '' to restart it
+  (then its restart time is added to `restarts`, the last minute's)."""
+  if rc == ACTOR_ENV_CONFIG_ERROR:
+    return (
+      "could not create its environment (the message above says why); "
+      "stopping without restarts"
+    )
+  if rc == ACTOR_FATAL:
+    return f"was refused by the learner (exit {rc}); stopping"
+  now = time.monotonic()
+  restarts[:] = [t for t in restarts if now - t < 60] + [now]
+  if len(restarts) > MAX_ACTOR_RESTARTS_PER_MINUTE:
+    return (
+      f"exited with code {rc}; more than {MAX_ACTOR_RESTARTS_PER_MINUTE} "
+      "actor restarts in a minute, stopping"
+    )
+  return ""
+
+
+def _exit_code(
+  code: Optional[int], learner: subprocess.Popen, stopping: list
+) -> int:
+  """The launcher's exit code: the learner's when it ended the run; 0 when a
+  signal stopped a learner that then exited cleanly; 2 when an actor's
+  configuration was refused."""
+  if code is not None:
+    return code
+  code = learner.returncode if learner.returncode is not None else 1
+  if stopping and stopping[0] in (signal.SIGINT, signal.SIGTERM):
+    code = 0 if learner.returncode in (0, -signal.SIGTERM) else code
+  elif stopping:  # an actor's configuration was refused: not a success
+    code = 2
   return code
 
 

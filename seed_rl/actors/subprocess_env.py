@@ -220,6 +220,29 @@ def _serve(
     conn.send_bytes(_OK)
 
 
+def _check_worker_args(
+  num_envs: int, num_workers: Optional[int], start_method: str
+) -> int:
+  """Raises ValueError for arguments no worker pool fits; returns the number
+  of workers (default min(num_envs, cpu count))."""
+  if num_envs < 1:
+    raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+  if num_workers is None:
+    num_workers = min(num_envs, multiprocessing.cpu_count())
+  if not 1 <= num_workers <= num_envs:
+    raise ValueError(
+      f"num_workers must be in [1, num_envs={num_envs}], got {num_workers}"
+    )
+  methods = multiprocessing.get_all_start_methods()
+  if start_method not in methods:
+    raise ValueError(
+      f"start_method {start_method!r} is not available here; "
+      f"choose one of {methods} ('fork' is unsafe once the "
+      "actor runs gRPC threads)"
+    )
+  return num_workers
+
+
 class SubprocessBatchedEnv(BatchedEnv):
   """`num_envs` envs from `env_fn` (picklable) in `num_workers` processes.
 
@@ -235,21 +258,7 @@ class SubprocessBatchedEnv(BatchedEnv):
     num_workers: Optional[int] = None,
     start_method: str = "forkserver",
   ):
-    if num_envs < 1:
-      raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    if num_workers is None:
-      num_workers = min(num_envs, multiprocessing.cpu_count())
-    if not 1 <= num_workers <= num_envs:
-      raise ValueError(
-        f"num_workers must be in [1, num_envs={num_envs}], got {num_workers}"
-      )
-    methods = multiprocessing.get_all_start_methods()
-    if start_method not in methods:
-      raise ValueError(
-        f"start_method {start_method!r} is not available here; "
-        f"choose one of {methods} ('fork' is unsafe once the "
-        "actor runs gRPC threads)"
-      )
+    num_workers = _check_worker_args(num_envs, num_workers, start_method)
     self.num_envs = num_envs
     context = multiprocessing.get_context(start_method)
     self._slices = np.array_split(np.arange(num_envs), num_workers)
@@ -261,57 +270,74 @@ class SubprocessBatchedEnv(BatchedEnv):
       self, _shutdown, self._conns, self._processes, []
     )
     try:
-      for worker, env_indices in enumerate(self._slices):
-        parent_conn, child_conn = context.Pipe()
-        # typeshed types get_context(str) as BaseContext, which lacks
-        # Process; every concrete start-method context has it.
-        process = context.Process(  # type: ignore[attr-defined]
-          target=_worker_main,
-          name=f"seed_rl-env-worker-{worker}",
-          args=(
-            child_conn,
-            env_fn,
-            int(env_indices[0]),
-            [seed + int(i) for i in env_indices],
-            num_envs,
-          ),
-          daemon=True,
-        )
-        process.start()
-        child_conn.close()  # so that the worker's death reads as EOF here
-        self._conns.append(parent_conn)
-        self._processes.append(process)
-      specs = []
-      for worker in range(num_workers):
-        data = json.loads(self._receive(worker))
-        specs.append(
-          (
-            _spec_from_json(data["observation_spec"]),
-            _spec_from_json(data["action_spec"]),
-          )
-        )
-      self.observation_spec, self.action_spec = specs[0]
-      for worker, (obs_spec, act_spec) in enumerate(specs):
-        if not (
-          specs_equal(obs_spec, self.observation_spec)
-          and specs_equal(act_spec, self.action_spec)
-        ):
-          raise ValueError(
-            f"SubprocessBatchedEnv: envs of worker {worker} have specs "
-            f"{obs_spec}, {act_spec}; worker 0 has {specs[0]}"
-          )
-      layout, size = _layout(num_envs, self.observation_spec, self.action_spec)
-      self._shm = shared_memory.SharedMemory(create=True, size=size)
-      self._finalizer.detach()
-      self._finalizer = weakref.finalize(
-        self, _shutdown, self._conns, self._processes, [self._shm]
-      )
-      self._arrays = _views(self._shm.buf, layout)
-      for conn in self._conns:
-        conn.send_bytes(self._shm.name.encode())
+      self._start_workers(context, env_fn, seed)
+      self.observation_spec, self.action_spec = self._receive_specs()
+      self._share_memory()
     except BaseException:
       self.close()
       raise
+
+  def _start_workers(self, context, env_fn: EnvFn, seed: int) -> None:
+    """Starts one worker per slice of envs; env i gets seed + i."""
+    for worker, env_indices in enumerate(self._slices):
+      parent_conn, child_conn = context.Pipe()
+      # typeshed types get_context(str) as BaseContext, which lacks
+      # Process; every concrete start-method context has it.
+      process = context.Process(  # type: ignore[attr-defined]
+        target=_worker_main,
+        name=f"seed_rl-env-worker-{worker}",
+        args=(
+          child_conn,
+          env_fn,
+          int(env_indices[0]),
+          [seed + int(i) for i in env_indices],
+          self.num_envs,
+        ),
+        daemon=True,
+      )
+      process.start()
+      child_conn.close()  # so that the worker's death reads as EOF here
+      self._conns.append(parent_conn)
+      self._processes.append(process)
+
+  def _receive_specs(self) -> Tuple[ArraySpec, ArraySpec]:
+    """The (observation, action) specs every worker reports; they must be
+    the same in all workers."""
+    specs = []
+    for worker in range(len(self._slices)):
+      data = json.loads(self._receive(worker))
+      specs.append(
+        (
+          _spec_from_json(data["observation_spec"]),
+          _spec_from_json(data["action_spec"]),
+        )
+      )
+    observation_spec, action_spec = specs[0]
+    for worker, (obs_spec, act_spec) in enumerate(specs):
+      if not (
+        specs_equal(obs_spec, observation_spec)
+        and specs_equal(act_spec, action_spec)
+      ):
+        raise ValueError(
+          f"SubprocessBatchedEnv: envs of worker {worker} have specs "
+          f"{obs_spec}, {act_spec}; worker 0 has {specs[0]}"
+        )
+    return observation_spec, action_spec
+
+  def _share_memory(self) -> None:
+    """Creates the shared block for the specs and sends its name to every
+    worker (which maps it); the finalizer frees it."""
+    layout, size = _layout(
+      self.num_envs, self.observation_spec, self.action_spec
+    )
+    self._shm = shared_memory.SharedMemory(create=True, size=size)
+    self._finalizer.detach()
+    self._finalizer = weakref.finalize(
+      self, _shutdown, self._conns, self._processes, [self._shm]
+    )
+    self._arrays = _views(self._shm.buf, layout)
+    for conn in self._conns:
+      conn.send_bytes(self._shm.name.encode())
 
   @property
   def worker_pids(self) -> List[int]:

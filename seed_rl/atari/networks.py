@@ -78,6 +78,85 @@ class ResidualBlock(keras.layers.Layer):
     return x + out
 
 
+def _check_torso_args(
+  kind: str, dense_size: int, compute_dtype: str, kernel_init: str
+) -> None:
+  if kind not in _KINDS:
+    raise ValueError(
+      f"atari_torso: kind {kind!r} is unknown; allowed: {', '.join(_KINDS)}"
+    )
+  if compute_dtype not in _COMPUTE_DTYPES:
+    raise ValueError(
+      f"atari_torso: compute_dtype {compute_dtype!r} is "
+      f"unknown; allowed: {', '.join(_COMPUTE_DTYPES)}, "
+      "auto"
+    )
+  if dense_size < 1:
+    raise ValueError(
+      f"atari_torso: dense_size must be positive, got {dense_size}"
+    )
+  if kernel_init not in _KERNEL_INITS:
+    raise ValueError(
+      f"atari_torso: kernel_init {kernel_init!r} is unknown; "
+      f"allowed: {', '.join(_KERNEL_INITS)}"
+    )
+
+
+def _kernel_initializer(kernel_init: str):
+  """A fresh initializer for one layer's kernel."""
+  # Orthogonal with gain sqrt(2) (the ReLU gain), as OpenAI Baselines and
+  # CleanRL initialise their Atari torsos; Keras' glorot_uniform gives
+  # ReLU features about half that scale at every layer.
+  if kernel_init == "orthogonal":
+    return keras.initializers.Orthogonal(gain=math.sqrt(2.0))
+  return "glorot_uniform"
+
+
+def _conv_layers(
+  kind: str, impala_channels: Sequence[int], policy: str, kernel_init: str
+) -> List[keras.layers.Layer]:
+  """The torso's layers before the dense one, in order: three convs
+  ('nature'), or per entry of `impala_channels` a conv, a max-pool and two
+  residual blocks ('impala')."""
+  layers: List[keras.layers.Layer] = []
+  # Frames arrive as uint8 0..255; the first conv sees them scaled to
+  # [0, 1] (see ScaledInputConv2D), later ones see features.
+  conv = lambda *a, **kw: (
+    keras.layers.Conv2D(
+      *a,
+      dtype=policy,
+      kernel_initializer=_kernel_initializer(kernel_init),
+      **kw,
+    )
+    if layers
+    else ScaledInputConv2D(
+      *a,
+      dtype=policy,
+      input_scale=1 / 255,
+      kernel_initializer=_kernel_initializer(kernel_init),
+      **kw,
+    )
+  )
+  if kind == "nature":
+    for filters, size, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+      layers.append(conv(filters, size, strides=stride, activation="relu"))
+    return layers
+  channels = tuple(int(c) for c in impala_channels)
+  if not channels or any(c < 1 for c in channels):
+    raise ValueError(
+      f"atari_torso: impala_channels must be positive "
+      f"channel counts, got {impala_channels}"
+    )
+  for c in channels:
+    layers.append(conv(c, 3, padding="same"))
+    layers.append(
+      keras.layers.MaxPooling2D(3, strides=2, padding="same", dtype=policy)
+    )
+    layers.append(ResidualBlock(c, dtype=policy))
+    layers.append(ResidualBlock(c, dtype=policy))
+  return layers
+
+
 class AtariTorso(keras.layers.Layer):
   """[B, H, W, C] uint8 frames -> [B, dense_size] features.
 
@@ -101,70 +180,22 @@ class AtariTorso(keras.layers.Layer):
     **kwargs,
   ):
     super().__init__(**kwargs)
-    if kind not in _KINDS:
-      raise ValueError(
-        f"atari_torso: kind {kind!r} is unknown; allowed: {', '.join(_KINDS)}"
-      )
-    if compute_dtype not in _COMPUTE_DTYPES:
-      raise ValueError(
-        f"atari_torso: compute_dtype {compute_dtype!r} is "
-        f"unknown; allowed: {', '.join(_COMPUTE_DTYPES)}, "
-        "auto"
-      )
-    if dense_size < 1:
-      raise ValueError(
-        f"atari_torso: dense_size must be positive, got {dense_size}"
-      )
-    if kernel_init not in _KERNEL_INITS:
-      raise ValueError(
-        f"atari_torso: kernel_init {kernel_init!r} is unknown; "
-        f"allowed: {', '.join(_KERNEL_INITS)}"
-      )
-
-    # Orthogonal with gain sqrt(2) (the ReLU gain), as OpenAI Baselines and
-    # CleanRL initialise their Atari torsos; Keras' glorot_uniform gives
-    # ReLU features about half that scale at every layer.
-    def init():
-      if kernel_init == "orthogonal":
-        return keras.initializers.Orthogonal(gain=math.sqrt(2.0))
-      return "glorot_uniform"
-
+    _check_torso_args(kind, dense_size, compute_dtype, kernel_init)
     self.kind = kind
     self.feature_dtype = compute_dtype
     policy = _COMPUTE_DTYPES[compute_dtype]
-    layers: List[keras.layers.Layer] = []
-    # Frames arrive as uint8 0..255; the first conv sees them scaled to
-    # [0, 1] (see ScaledInputConv2D), later ones see features.
-    conv = lambda *a, **kw: (
-      keras.layers.Conv2D(*a, dtype=policy, kernel_initializer=init(), **kw)
-      if layers
-      else ScaledInputConv2D(
-        *a, dtype=policy, input_scale=1 / 255, kernel_initializer=init(), **kw
-      )
-    )
-    if kind == "nature":
-      for filters, size, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-        layers.append(conv(filters, size, strides=stride, activation="relu"))
-    else:
-      channels = tuple(int(c) for c in impala_channels)
-      if not channels or any(c < 1 for c in channels):
-        raise ValueError(
-          f"atari_torso: impala_channels must be positive "
-          f"channel counts, got {impala_channels}"
-        )
-      for c in channels:
-        layers.append(conv(c, 3, padding="same"))
-        layers.append(
-          keras.layers.MaxPooling2D(3, strides=2, padding="same", dtype=policy)
-        )
-        layers.append(ResidualBlock(c, dtype=policy))
-        layers.append(ResidualBlock(c, dtype=policy))
     # A Sequential, not a Python list: tf.train.Checkpoint does not follow
     # lists held by Keras 3 layers, so a network no optimizer references
     # (a target network) would restore without its conv weights.
-    self.conv_stack = keras.Sequential(layers, name="conv_stack")
+    self.conv_stack = keras.Sequential(
+      _conv_layers(kind, impala_channels, policy, kernel_init),
+      name="conv_stack",
+    )
     self.dense = keras.layers.Dense(
-      dense_size, activation="relu", dtype=policy, kernel_initializer=init()
+      dense_size,
+      activation="relu",
+      dtype=policy,
+      kernel_initializer=_kernel_initializer(kernel_init),
     )
 
   @property

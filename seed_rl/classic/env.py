@@ -6,7 +6,7 @@ gin binding names: `classic.create_environment.env_id = 'CartPole-v1'`,
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import gin
 
@@ -16,18 +16,63 @@ from seed_rl.actors.factory import check_env_id
 from seed_rl.actors.factory import make_batched_env
 
 
-@gin.configurable("classic.create_environment")
-def create_environment(
-  num_envs: int,
-  seed: int,
-  env_id: str = "CartPole-v1",
-  max_episode_steps: Optional[int] = None,
-  env_kwargs: Optional[Mapping[str, Any]] = None,
-  parallel: str = "inline",
-  num_workers: Optional[int] = None,
-  start_method: str = "forkserver",
-) -> BatchedEnv:
-  """K envs of one gymnasium id or 'module:callable' factory.
+def gym_domain_factory(
+  module: str,
+  domain: str,
+  default_env_id: str,
+  doc: str,
+  check: Optional[Callable[[BatchedEnv, str], None]] = None,
+) -> Callable[..., BatchedEnv]:
+  """`<domain>.create_environment` over gymnasium ids, gin-configurable
+  under that name: the one signature of the gymnasium-backed domains
+  (classic, mujoco), each under its own gin name so that one domain's
+  bindings never leak into another's.
+
+  Args:
+    module: the `__name__` of the module that holds it as
+      `create_environment` (its repr, help and pickling say so).
+    domain: the gin name's prefix ('classic').
+    default_env_id: env_id's default.
+    doc: the factory's docstring.
+    check: called with (env, env_id) on each new env: closes it and raises
+      ValueError for an env the domain does not serve.
+  """
+
+  def create_environment(
+    num_envs: int,
+    seed: int,
+    env_id: str = default_env_id,
+    max_episode_steps: Optional[int] = None,
+    env_kwargs: Optional[Mapping[str, Any]] = None,
+    parallel: str = "inline",
+    num_workers: Optional[int] = None,
+    start_method: str = "forkserver",
+  ) -> BatchedEnv:
+    env = gym_batched_env(
+      num_envs,
+      seed,
+      env_id,
+      max_episode_steps,
+      env_kwargs,
+      parallel,
+      num_workers,
+      start_method,
+    )
+    if check is not None:
+      check(env, env_id)
+    return env
+
+  create_environment.__doc__ = doc
+  create_environment.__module__ = module
+  create_environment.__qualname__ = "create_environment"
+  return gin.configurable(f"{domain}.create_environment")(create_environment)
+
+
+create_environment = gym_domain_factory(
+  __name__,
+  "classic",
+  default_env_id="CartPole-v1",
+  doc="""K envs of one gymnasium id or 'module:callable' factory.
 
   Args:
     num_envs: K.
@@ -43,17 +88,8 @@ def create_environment(
 
   Returns:
     A BatchedEnv with SEED autoreset semantics.
-  """
-  return gym_batched_env(
-    num_envs,
-    seed,
-    env_id,
-    max_episode_steps,
-    env_kwargs,
-    parallel,
-    num_workers,
-    start_method,
-  )
+  """,
+)
 
 
 def gym_batched_env(

@@ -47,10 +47,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from seed_rl import registry
 from seed_rl.cluster import cluster_spec
+from seed_rl.train import learner_run_flags
 
 LEARNER_CERT_NAME = "learner"  # the name scripts/make_certs.sh is given
 IMAGE_WORKDIR = "/opt/seed_rl"  # docker/Dockerfile: the source tree's copy
@@ -129,89 +130,24 @@ def build_job(
   args: argparse.Namespace, learner_flags: Optional[List[str]] = None
 ) -> Dict[str, Any]:
   """The CustomJob (REST/JSON field names) for parsed `args`."""
-  registry.check_pair(args.env, args.agent)
-  if args.num_actors < 1 or args.envs_per_actor < 1:
-    raise ValueError("--num_actors and --envs_per_actor must be >= 1")
-  if not 0 < args.port < 65536:
-    raise ValueError(f"--port {args.port} is not a port")
+  _check_args(args)
   gpu = args.accelerator_type.lower() != "none"
   learner_image = args.learner_image or _image(
     args, "learner-gpu" if gpu else "learner"
   )
   actor_image = args.actor_image or _image(args, "actor")
   bucket = gcs_fuse_path(args.bucket)
-  display_name = args.display_name or (
-    f"seed-rl-{registry.short_name(args.env)}-"
-    f"{registry.short_name(args.agent)}-"
-    f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%d-%H%M%S}"
-  )
-  if not _DISPLAY_NAME.match(display_name):
-    raise ValueError(f"--display_name {display_name!r}: use [A-Za-z0-9_.-]")
+  display_name = _display_name(args)
   gin: List[str] = []
   for f in args.gin_config:
     gin += ["--gin_config", f]
   for b in args.gin_bindings:
     gin += ["--gin_bindings", b]
-  certs = f"{bucket}/certs"
-  learner_args = [
-    "--env",
-    args.env,
-    "--agent",
-    args.agent,
-    "--num_actors",
-    str(args.num_actors),
-    "--envs_per_actor",
-    str(args.envs_per_actor),
-    "--server_address",
-    f"[::]:{args.port}",
-    "--logdir",
-    f"{bucket}/{display_name}",
-  ]
-  actor_args = [
-    "--env",
-    args.env,
-    "--actor_id",
-    cluster_spec.FROM_CLUSTER_SPEC,
-    "--num_envs",
-    str(args.envs_per_actor),
-    "--server_address",
-    f"{cluster_spec.FROM_CLUSTER_SPEC}:{args.port}",
-    "--gin_config",
-    # The pair's gin file, relative to the image's working directory.
-    os.path.relpath(
-      registry.gin_file(args.env, args.agent),
-      os.path.dirname(registry.PACKAGE_DIR),
-    ),
-  ]
-  if args.insecure:
-    learner_args.append("--insecure")
-  else:
-    learner_args += [
-      "--tls_cert",
-      f"{certs}/learner.pem",
-      "--tls_key",
-      f"{certs}/learner.key",
-      "--token_file",
-      f"{certs}/token",
-    ]
-    actor_args += [
-      "--tls_ca",
-      f"{certs}/ca.pem",
-      "--tls_server_name",
-      LEARNER_CERT_NAME,
-      "--token_file",
-      f"{certs}/token",
-    ]
-  learner_machine: Dict[str, Any] = {"machineType": args.learner_machine_type}
-  if gpu:
-    if args.accelerator_count < 1:
-      raise ValueError("--accelerator_count must be >= 1")
-    learner_machine["acceleratorType"] = args.accelerator_type
-    learner_machine["acceleratorCount"] = args.accelerator_count
+  learner_args, actor_args = _replica_args(args, bucket, display_name)
   job_spec: Dict[str, Any] = {
     "workerPoolSpecs": [
       {
-        "machineSpec": learner_machine,
+        "machineSpec": _learner_machine(args, gpu),
         "replicaCount": 1,
         "containerSpec": {
           "imageUri": learner_image,
@@ -234,6 +170,78 @@ def build_job(
   if args.service_account:
     job_spec["serviceAccount"] = args.service_account
   return {"displayName": display_name, "jobSpec": job_spec}
+
+
+def _check_args(args: argparse.Namespace) -> None:
+  """Raises ValueError for a run that cannot start (before any lookup)."""
+  registry.check_pair(args.env, args.agent)
+  if args.num_actors < 1 or args.envs_per_actor < 1:
+    raise ValueError("--num_actors and --envs_per_actor must be >= 1")
+  if not 0 < args.port < 65536:
+    raise ValueError(f"--port {args.port} is not a port")
+
+
+def _display_name(args: argparse.Namespace) -> str:
+  """--display_name, or seed-rl-ENV-AGENT-<UTC time>."""
+  display_name = args.display_name or (
+    f"seed-rl-{registry.short_name(args.env)}-"
+    f"{registry.short_name(args.agent)}-"
+    f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%d-%H%M%S}"
+  )
+  if not _DISPLAY_NAME.match(display_name):
+    raise ValueError(f"--display_name {display_name!r}: use [A-Za-z0-9_.-]")
+  return display_name
+
+
+def _replica_args(
+  args: argparse.Namespace, bucket: str, display_name: str
+) -> Tuple[List[str], List[str]]:
+  """(learner, actor) arguments before the gin flags: the run, the address
+  (worker pool 0's host, see cluster_spec), and TLS + token unless
+  --insecure. `bucket` is the bucket's FUSE path."""
+  learner_args = learner_run_flags(
+    args.env, args.agent, args.num_actors, args.envs_per_actor
+  )
+  learner_args += ["--server_address", f"[::]:{args.port}"]
+  learner_args += ["--logdir", f"{bucket}/{display_name}"]
+  actor_args = [
+    "--env",
+    args.env,
+    "--actor_id",
+    cluster_spec.FROM_CLUSTER_SPEC,
+    "--num_envs",
+    str(args.envs_per_actor),
+    "--server_address",
+    f"{cluster_spec.FROM_CLUSTER_SPEC}:{args.port}",
+    "--gin_config",
+    # The pair's gin file, relative to the image's working directory.
+    os.path.relpath(
+      registry.gin_file(args.env, args.agent),
+      os.path.dirname(registry.PACKAGE_DIR),
+    ),
+  ]
+  if args.insecure:
+    learner_args.append("--insecure")
+    return learner_args, actor_args
+  certs = f"{bucket}/certs"
+  learner_args += ["--tls_cert", f"{certs}/learner.pem"]
+  learner_args += ["--tls_key", f"{certs}/learner.key"]
+  learner_args += ["--token_file", f"{certs}/token"]
+  actor_args += ["--tls_ca", f"{certs}/ca.pem"]
+  actor_args += ["--tls_server_name", LEARNER_CERT_NAME]
+  actor_args += ["--token_file", f"{certs}/token"]
+  return learner_args, actor_args
+
+
+def _learner_machine(args: argparse.Namespace, gpu: bool) -> Dict[str, Any]:
+  """The learner's machineSpec, with its accelerators when `gpu`."""
+  learner_machine: Dict[str, Any] = {"machineType": args.learner_machine_type}
+  if gpu:
+    if args.accelerator_count < 1:
+      raise ValueError("--accelerator_count must be >= 1")
+    learner_machine["acceleratorType"] = args.accelerator_type
+    learner_machine["acceleratorCount"] = args.accelerator_count
+  return learner_machine
 
 
 def _image(args: argparse.Namespace, role: str) -> str:

@@ -25,7 +25,7 @@ import os
 import re
 import shutil
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -40,6 +40,42 @@ def _fsync(path: str) -> None:
     os.fsync(fd)
   finally:
     os.close(fd)
+
+
+def checkpoint_paths(directory: str) -> List[str]:
+  """Paths (prefixes) of the complete checkpoints in `directory`, oldest
+  first; [] when it has none."""
+  state = tf.train.get_checkpoint_state(directory)
+  if state is None:
+    return []
+  paths = list(state.all_model_checkpoint_paths)
+  if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
+    paths.append(state.model_checkpoint_path)
+  return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths]
+
+
+def restore_newest(
+  checkpoint: tf.train.Checkpoint, paths: Sequence[str]
+) -> Optional[Tuple[str, Any]]:
+  """Restores into `checkpoint` the newest of `paths` (oldest first) that can
+  be read, skipping unreadable ones with a warning.
+
+  Returns:
+    (its path, the restore status; the caller checks what it must match),
+    or None when none can be read.
+  """
+  for path in reversed(paths):
+    try:
+      status = checkpoint.restore(path)
+    except (tf.errors.OpError, ValueError, IndexError, OSError) as e:
+      logging.warning(
+        "checkpoint %s cannot be read (%s); trying the previous one",
+        path,
+        str(e).splitlines()[0],
+      )
+      continue
+    return path, status
+  return None
 
 
 class Checkpointer:
@@ -72,33 +108,18 @@ class Checkpointer:
   # ------------------------------------------------------------- reading --
   def checkpoints(self) -> List[str]:
     """Paths (prefixes) of the complete checkpoints, oldest first."""
-    state = tf.train.get_checkpoint_state(self.directory)
-    if state is None:
-      return []
-    paths = list(state.all_model_checkpoint_paths)
-    if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
-      paths.append(state.model_checkpoint_path)
-    return [
-      p if os.path.isabs(p) else os.path.join(self.directory, p) for p in paths
-    ]
+    return checkpoint_paths(self.directory)
 
   def restore(self) -> Optional[str]:
     """Restores the newest readable checkpoint; returns its path or None."""
-    for path in reversed(self.checkpoints()):
-      try:
-        status = self._checkpoint.restore(path)
-      except (tf.errors.OpError, ValueError, IndexError, OSError) as e:
-        logging.warning(
-          "checkpoint %s cannot be read (%s); trying the previous one",
-          path,
-          str(e).splitlines()[0],
-        )
-        continue
-      # Objects missing from the checkpoint would silently start from
-      # scratch: refuse instead (e.g. a logdir written by another agent).
-      status.assert_existing_objects_matched()
-      return path
-    return None
+    found = restore_newest(self._checkpoint, self.checkpoints())
+    if found is None:
+      return None
+    path, status = found
+    # Objects missing from the checkpoint would silently start from
+    # scratch: refuse instead (e.g. a logdir written by another agent).
+    status.assert_existing_objects_matched()
+    return path
 
   # ------------------------------------------------------------- writing --
   def save(self, env_steps: int) -> Optional[str]:

@@ -96,6 +96,22 @@ def tf_variable(variable) -> tf.Variable:
   )
 
 
+def _check_optimizer_args(
+  name: str, epsilon: float, max_grad_norm: Optional[float]
+) -> None:
+  if name not in _OPTIMIZERS:
+    raise ValueError(
+      f"optimizer {name!r} is unknown; allowed: {', '.join(_OPTIMIZERS)}"
+    )
+  if not epsilon > 0:
+    raise ValueError(f"optimizer epsilon must be > 0, got {epsilon}")
+  if max_grad_norm is not None and max_grad_norm < 0:
+    raise ValueError(
+      f"max_grad_norm must be >= 0 (0 or None disables "
+      f"clipping), got {max_grad_norm}"
+    )
+
+
 class Optimizer(tf.Module):
   """Adam or RMSProp on fused kernels, with a global-norm gradient clip.
 
@@ -134,17 +150,7 @@ class Optimizer(tf.Module):
     # The learner step counter drives the schedule when given (one clock
     # for every schedule of an agent); else the updates applied here.
     self._clock = clock
-    if name not in _OPTIMIZERS:
-      raise ValueError(
-        f"optimizer {name!r} is unknown; allowed: {', '.join(_OPTIMIZERS)}"
-      )
-    if not epsilon > 0:
-      raise ValueError(f"optimizer epsilon must be > 0, got {epsilon}")
-    if max_grad_norm is not None and max_grad_norm < 0:
-      raise ValueError(
-        f"max_grad_norm must be >= 0 (0 or None disables "
-        f"clipping), got {max_grad_norm}"
-      )
+    _check_optimizer_args(name, epsilon, max_grad_norm)
     self.kind = name
     self._schedule: Optional[Callable[[tf.Tensor], tf.Tensor]]
     if callable(learning_rate):

@@ -7,16 +7,18 @@ gin value it used). `load_run` rebuilds the agent from the operative config
 (a snapshot, immune to later edits of the gin files), restores the newest
 readable checkpoint and changes nothing in the logdir, so it is safe while
 the run still trains. TensorFlow is imported only by `load_run`.
+`tool_parser` and `run_tool` are the command-line side both tools share.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib
 import json
-import logging
 import os
-from typing import Any, Dict, List, Optional, Sequence
+import sys
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Type
 
 from seed_rl import gin_utils
 from seed_rl import registry
@@ -90,19 +92,6 @@ class LoadedRun:
     return self.env_module.create_environment(num_envs=num_envs, seed=seed)
 
 
-def checkpoint_paths(directory: str) -> List[str]:
-  """Complete checkpoints in `directory`, oldest first (as Checkpointer)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  state = tf.train.get_checkpoint_state(directory)
-  if state is None:
-    return []
-  paths = list(state.all_model_checkpoint_paths)
-  if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
-    paths.append(state.model_checkpoint_path)
-  return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths]
-
-
 def load_run(
   logdir: str, env: Optional[str] = None, agent: Optional[str] = None
 ) -> LoadedRun:
@@ -116,12 +105,62 @@ def load_run(
     ValueError: no run.json and no names given, no checkpoint, or a
       checkpoint that does not fit the agent.
   """
-  import gin  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+  from seed_rl.common import checkpoints  # pylint: disable=g-import-not-at-top
   from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
   from seed_rl.common.env_state import stacked_observation_spec  # pylint: disable=g-import-not-at-top
 
+  env, agent, spec = _run_names(logdir, env, agent)
+  directory = os.path.join(logdir, "checkpoints")
+  paths = checkpoints.checkpoint_paths(directory)
+  if not paths:
+    raise ValueError(f"no checkpoint in {directory}")
+  env_module, agent_module = _configure(logdir, env, agent, spec)
+  config = learner_lib.LearnerConfig()
+  probe = env_module.create_environment(num_envs=1, seed=0)
+  observation_spec, action_spec = probe.observation_spec, probe.action_spec
+  probe.close()
+  the_agent = agent_module.create_agent(
+    stacked_observation_spec(observation_spec, config.frame_stack),
+    action_spec,
+    int(spec.get("num_train_envs", 1)),
+  )
+  env_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+  checkpoint = tf.train.Checkpoint(
+    env_steps=env_steps, **the_agent.checkpoint_objects()
+  )
+  found = checkpoints.restore_newest(checkpoint, paths)
+  if found is None:
+    raise ValueError(f"no readable checkpoint in {directory}")
+  restored, status = found
+  try:
+    status.assert_existing_objects_matched()
+  except AssertionError as e:
+    raise ValueError(
+      f"checkpoint {restored} does not fit the {agent} agent built from "
+      f"{logdir}'s configuration: {str(e).splitlines()[0]}"
+    ) from None
+  status.expect_partial()  # e.g. the save counter
+  return LoadedRun(
+    env=env,
+    agent_name=agent,
+    agent=the_agent,
+    env_module=env_module,
+    observation_spec=observation_spec,
+    action_spec=action_spec,
+    frame_stack=config.frame_stack,
+    checkpoint=restored,
+    learner_step=int(the_agent.step_counter.numpy()),
+    env_steps=int(env_steps.numpy()),
+    spec=spec,
+  )
+
+
+def _run_names(
+  logdir: str, env: Optional[str], agent: Optional[str]
+) -> Tuple[str, str, Dict[str, Any]]:
+  """(env, agent, run.json) of the run: the names given, else run.json's."""
   if not os.path.isdir(logdir):
     raise ValueError(f"logdir {logdir} does not exist")
   spec = read_run_spec(logdir)
@@ -133,10 +172,21 @@ def load_run(
       "runs lack it): pass --env and --agent"
     )
   registry.check_pair(env, agent)
-  directory = os.path.join(logdir, "checkpoints")
-  paths = checkpoint_paths(directory)
-  if not paths:
-    raise ValueError(f"no checkpoint in {directory}")
+  return env, agent, spec
+
+
+def _configure(
+  logdir: str, env: str, agent: str, spec: Dict[str, Any]
+) -> Tuple[Any, Any]:
+  """Imports the run's env and agent modules and parses the run's gin
+  configuration: operative_config.gin where the learner wrote it, else the
+  pair's gin file with run.json's files and bindings.
+
+  Returns:
+    (env module, agent module).
+  """
+  import gin  # pylint: disable=g-import-not-at-top
+
   gin.clear_config()
   with gin.unlock_config():  # a parse in this process locked it
     env_module = registry.env_module(env)
@@ -151,52 +201,35 @@ def load_run(
       [registry.gin_file(env, agent)] + list(spec.get("gin_config", [])),
       spec.get("gin_bindings", []),
     )
-  config = learner_lib.LearnerConfig()
-  probe = env_module.create_environment(num_envs=1, seed=0)
-  observation_spec, action_spec = probe.observation_spec, probe.action_spec
-  probe.close()
-  the_agent = agent_module.create_agent(
-    stacked_observation_spec(observation_spec, config.frame_stack),
-    action_spec,
-    int(spec.get("num_train_envs", 1)),
+  return env_module, agent_module
+
+
+def tool_parser(prog: str, description: str) -> argparse.ArgumentParser:
+  """The parser of a tool that reads a run (seed_rl.evaluate, seed_rl.export):
+  --logdir, and --env/--agent for logdirs without run.json."""
+  p = argparse.ArgumentParser(
+    prog=prog,
+    description=description,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
   )
-  env_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
-  checkpoint = tf.train.Checkpoint(
-    env_steps=env_steps, **the_agent.checkpoint_objects()
-  )
-  restored = None
-  for path in reversed(paths):
-    try:
-      status = checkpoint.restore(path)
-    except (tf.errors.OpError, ValueError, IndexError, OSError) as e:
-      logging.warning(
-        "checkpoint %s cannot be read (%s); trying the previous one",
-        path,
-        str(e).splitlines()[0],
-      )
-      continue
-    try:
-      status.assert_existing_objects_matched()
-    except AssertionError as e:
-      raise ValueError(
-        f"checkpoint {path} does not fit the {agent} agent built from "
-        f"{logdir}'s configuration: {str(e).splitlines()[0]}"
-      ) from None
-    status.expect_partial()  # e.g. the save counter
-    restored = path
-    break
-  if restored is None:
-    raise ValueError(f"no readable checkpoint in {directory}")
-  return LoadedRun(
-    env=env,
-    agent_name=agent,
-    agent=the_agent,
-    env_module=env_module,
-    observation_spec=observation_spec,
-    action_spec=action_spec,
-    frame_stack=config.frame_stack,
-    checkpoint=restored,
-    learner_step=int(the_agent.step_counter.numpy()),
-    env_steps=int(env_steps.numpy()),
-    spec=spec,
-  )
+  p.add_argument("--logdir", required=True, help="the run's --logdir")
+  p.add_argument("--env", default=None, help="for logdirs without run.json")
+  p.add_argument("--agent", default=None, help="for logdirs without run.json")
+  return p
+
+
+def run_tool(
+  args: argparse.Namespace,
+  use: Callable[[LoadedRun], Dict[str, Any]],
+  errors: Tuple[Type[Exception], ...] = (ValueError,),
+) -> int:
+  """A tool's main: loads the run of `args` (tool_parser's flags), prints
+  `use(run)` as one JSON line and returns 0; or prints 'error: ...' for
+  `errors` and returns 2."""
+  try:
+    result = use(load_run(args.logdir, args.env, args.agent))
+  except errors as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(json.dumps(result), flush=True)
+  return 0

@@ -9,7 +9,7 @@ need lookups (who owns an env id) are built only on the error path.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
@@ -214,6 +214,35 @@ def check_step_request(
     ValueError naming the field and what was expected.
   """
   arrays = codec.decode_step_fields(request)
+  num_truncated = _check_layout(arrays, observation_spec, session)
+  env_ids = arrays["env_ids"]
+  terminated, truncated = arrays["terminated"], arrays["truncated"]
+  _check_env_ids(env_ids, session, num_envs_total, owner_of)
+  if num_truncated and np.count_nonzero(terminated):
+    both = terminated & truncated
+    if both.any():
+      env_id = int(env_ids[np.argmax(both)])
+      raise ValueError(
+        f"terminated, truncated: both set for env id {env_id}; "
+        f"an episode ends either by termination or by "
+        f"truncation"
+      )
+  _check_values(arrays, num_truncated, limits)
+  _check_episodes(
+    arrays["episode_return"],
+    arrays["episode_length"],
+    int(np.count_nonzero(terminated | truncated)),
+    limits,
+  )
+  return StepBatch(**arrays)
+
+
+def _check_layout(
+  arrays: Dict[str, np.ndarray], observation_spec: ArraySpec, session: Session
+) -> int:
+  """Every field's dtype and shape: K rows of the per-env fields, one final
+  observation per truncated env, E entries of the per-episode fields.
+  Returns the number of truncated envs."""
   k = session.num_envs
   for name, dtype in _PER_ENV_DTYPES:
     _check_dtype(name, arrays[name], dtype)
@@ -223,9 +252,6 @@ def check_step_request(
     _check_dtype(name, arrays[name], observation_dtype)
   for name, dtype in _EPISODE_DTYPES:
     _check_dtype(name, arrays[name], dtype)
-  env_ids = arrays["env_ids"]
-  terminated, truncated = arrays["terminated"], arrays["truncated"]
-
   _check_rows(
     "observation",
     arrays["observation"],
@@ -233,7 +259,7 @@ def check_step_request(
     observation_spec.shape,
     f"K={k}, one per env",
   )
-  num_truncated = int(np.count_nonzero(truncated))
+  num_truncated = int(np.count_nonzero(arrays["truncated"]))
   _check_rows(
     "final_observation",
     arrays["final_observation"],
@@ -255,24 +281,22 @@ def check_step_request(
       f"episode_return has {episode_return.shape[0]}; they must "
       f"have equal length (one per finished episode)"
     )
+  return num_truncated
 
-  _check_env_ids(env_ids, session, num_envs_total, owner_of)
-  if num_truncated and np.count_nonzero(terminated):
-    both = terminated & truncated
-    if both.any():
-      env_id = int(env_ids[np.argmax(both)])
-      raise ValueError(
-        f"terminated, truncated: both set for env id {env_id}; "
-        f"an episode ends either by termination or by "
-        f"truncation"
-      )
+
+def _check_values(
+  arrays: Dict[str, np.ndarray], num_truncated: int, limits: ValueLimits
+) -> None:
+  """Rewards, observations and episode returns are finite, and rewards and
+  float observations within `limits`; errors name the env id."""
+  env_ids, truncated = arrays["env_ids"], arrays["truncated"]
   _check_finite("reward", arrays["reward"], env_ids)
   _check_finite("observation", arrays["observation"], env_ids)
   if num_truncated:
     _check_finite(
       "final_observation", arrays["final_observation"], env_ids[truncated]
     )
-  _check_finite("episode_return", episode_return, None)
+  _check_finite("episode_return", arrays["episode_return"], None)
   _check_bound("reward", arrays["reward"], limits.max_abs_reward, env_ids)
   _check_bound(
     "observation", arrays["observation"], limits.max_abs_observation, env_ids
@@ -284,10 +308,3 @@ def check_step_request(
       limits.max_abs_observation,
       env_ids[truncated],
     )
-  _check_episodes(
-    episode_return,
-    episode_length,
-    int(np.count_nonzero(terminated | truncated)),
-    limits,
-  )
-  return StepBatch(**arrays)

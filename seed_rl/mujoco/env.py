@@ -13,12 +13,8 @@ which keeps log-probabilities of Gaussian policies exact.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
-
-import gin
-
 from seed_rl.actors.batched_env import BatchedEnv
-from seed_rl.classic.env import gym_batched_env
+from seed_rl.classic.env import gym_domain_factory
 
 KNOWN_TASKS = (
   "HalfCheetah-v5",
@@ -30,18 +26,24 @@ KNOWN_TASKS = (
 )
 
 
-@gin.configurable("mujoco.create_environment")
-def create_environment(
-  num_envs: int,
-  seed: int,
-  env_id: str = "HalfCheetah-v5",
-  max_episode_steps: Optional[int] = None,
-  env_kwargs: Optional[Mapping[str, Any]] = None,
-  parallel: str = "inline",
-  num_workers: Optional[int] = None,
-  start_method: str = "forkserver",
-) -> BatchedEnv:
-  """K continuous-action envs (defaults to HalfCheetah-v5).
+def _require_continuous(env: BatchedEnv, env_id: str) -> None:
+  """Closes `env` and raises if its actions are discrete."""
+  if env.action_spec.is_discrete:
+    env.close()
+    raise ValueError(
+      f"mujoco.create_environment: {env_id!r} has a discrete action space "
+      f"({env.action_spec.num_values} actions); the mujoco domain is for "
+      f"continuous control ({', '.join(KNOWN_TASKS)}); use "
+      "classic.create_environment for discrete-action envs"
+    )
+
+
+create_environment = gym_domain_factory(
+  __name__,
+  "mujoco",
+  default_env_id="HalfCheetah-v5",
+  check=_require_continuous,
+  doc="""K continuous-action envs (defaults to HalfCheetah-v5).
 
   Args:
     num_envs: K.
@@ -58,23 +60,5 @@ def create_environment(
 
   Returns:
     A BatchedEnv with SEED autoreset semantics.
-  """
-  env = gym_batched_env(
-    num_envs,
-    seed,
-    env_id,
-    max_episode_steps,
-    env_kwargs,
-    parallel,
-    num_workers,
-    start_method,
-  )
-  if env.action_spec.is_discrete:
-    env.close()
-    raise ValueError(
-      f"mujoco.create_environment: {env_id!r} has a discrete action space "
-      f"({env.action_spec.num_values} actions); the mujoco domain is for "
-      f"continuous control ({', '.join(KNOWN_TASKS)}); use "
-      "classic.create_environment for discrete-action envs"
-    )
-  return env
+  """,
+)
