@@ -38,7 +38,9 @@ def test_mlp_torso_rejects_bad_arguments():
     mlp_torso(activation="swishy")
 
 
-@pytest.mark.parametrize("kind,size", [("impala", 256), ("nature", 512)])
+@pytest.mark.parametrize(
+  "kind,size", [("impala", 256), ("nature", 512), ("nips", 256)]
+)
 def test_atari_torso_shapes(kind, size):
   torso = atari_torso(kind=kind)
   frames = np.random.default_rng(0).integers(
@@ -49,24 +51,34 @@ def test_atari_torso_shapes(kind, size):
   assert np.all(np.isfinite(features))
 
 
-def _nature_reference(torso, frames):
-  """The Nature torso from raw TF ops on frames / 255 (float32)."""
+def _nature_reference(torso, frames, strides=(4, 2, 1)):
+  """The Nature (or, strides (4, 2), NIPS) torso from raw TF ops on
+  frames / 255 (float32)."""
   x = tf.cast(frames, tf.float32) / 255.0
-  for layer, stride in zip(torso.conv_layers, (4, 2, 1)):
+  assert len(torso.conv_layers) == len(strides)
+  for layer, stride in zip(torso.conv_layers, strides):
     kernel, bias = (tf.cast(v, tf.float32) for v in layer.weights)
     x = tf.nn.relu(tf.nn.conv2d(x, kernel, stride, "VALID") + bias)
   kernel, bias = torso.dense.weights
   return tf.nn.relu(tf.reshape(x, [x.shape[0], -1]) @ kernel + bias)
 
 
-def test_atari_torso_scales_inside():
-  torso = atari_torso(kind="nature", dense_size=8)
+@pytest.mark.parametrize(
+  "kind,strides", [("nature", (4, 2, 1)), ("nips", (4, 2))]
+)
+def test_atari_torso_scales_inside(kind, strides):
+  torso = atari_torso(kind=kind, dense_size=8)
   frames = np.random.default_rng(1).integers(
     0, 256, [3, 84, 84, 4], dtype=np.uint8
   )
   np.testing.assert_allclose(
-    torso(frames), _nature_reference(torso, frames), rtol=1e-5, atol=1e-6
+    torso(frames),
+    _nature_reference(torso, frames, strides),
+    rtol=1e-5,
+    atol=1e-6,
   )
+  filters = [layer.filters for layer in torso.conv_layers]
+  assert filters == ([32, 64, 64] if kind == "nature" else [16, 32])
 
 
 @pytest.mark.parametrize("kind", ["impala", "nature"])

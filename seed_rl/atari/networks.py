@@ -9,7 +9,7 @@ import gin
 import keras
 import tensorflow as tf
 
-_KINDS = ("impala", "nature")
+_KINDS = ("impala", "nature", "nips")
 _KERNEL_INITS = ("orthogonal", "glorot_uniform")
 # compute dtype -> Keras dtype policy of the torso's layers.
 _COMPUTE_DTYPES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
@@ -112,11 +112,21 @@ def _kernel_initializer(kernel_init: str):
   return "glorot_uniform"
 
 
+# (filters, kernel size, stride) of the plain conv stacks: 'nature' is the
+# DQN torso of Mnih et al. 2015; 'nips' the smaller one of Mnih et al. 2013
+# (about a third of the multiply-adds, which matters where the learner's CPU
+# bounds the updates per second).
+_PLAIN_CONVS = {
+  "nature": ((32, 8, 4), (64, 4, 2), (64, 3, 1)),
+  "nips": ((16, 8, 4), (32, 4, 2)),
+}
+
+
 def _conv_layers(
   kind: str, impala_channels: Sequence[int], policy: str, kernel_init: str
 ) -> List[keras.layers.Layer]:
-  """The torso's layers before the dense one, in order: three convs
-  ('nature'), or per entry of `impala_channels` a conv, a max-pool and two
+  """The torso's layers before the dense one, in order: the plain convs
+  of 'nature' / 'nips', or per entry of `impala_channels` a conv, a max-pool and two
   residual blocks ('impala')."""
   layers: List[keras.layers.Layer] = []
   # Frames arrive as uint8 0..255; the first conv sees them scaled to
@@ -137,8 +147,8 @@ def _conv_layers(
       **kw,
     )
   )
-  if kind == "nature":
-    for filters, size, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+  if kind in _PLAIN_CONVS:
+    for filters, size, stride in _PLAIN_CONVS[kind]:
       layers.append(conv(filters, size, strides=stride, activation="relu"))
     return layers
   channels = tuple(int(c) for c in impala_channels)
@@ -161,7 +171,8 @@ class AtariTorso(keras.layers.Layer):
   """[B, H, W, C] uint8 frames -> [B, dense_size] features.
 
   kind='nature': the DQN torso of Mnih et al. 2015 (conv 32x8/4, 64x4/2,
-  64x3/1, dense). kind='impala': the residual torso of Espeholt et al. 2018
+  64x3/1, dense). kind='nips': the torso of Mnih et al. 2013 (conv 16x8/4,
+  32x4/2, dense). kind='impala': the residual torso of Espeholt et al. 2018
   (three sections of conv + max-pool + 2 residual blocks, dense).
 
   compute_dtype='bfloat16' runs the convolutions and the dense layer in
@@ -223,7 +234,7 @@ def atari_torso(
 ) -> keras.layers.Layer:
   """Builds an Atari torso.
 
-  dense_size defaults to 256 for 'impala' and 512 for 'nature'.
+  dense_size defaults to 512 for 'nature' and 256 for 'nips' and 'impala'.
   compute_dtype: 'float32', 'bfloat16' (see AtariTorso) or 'auto' (see
   resolve_compute_dtype).
   kernel_init: 'orthogonal' (gain sqrt 2, Baselines/CleanRL) or
