@@ -1,6 +1,7 @@
-"""What the off-policy continuous-control agents (SAC, TD3/DDPG) share.
+"""What the transition-replay agents share: `transition_replay` (DQN, SAC,
+TD3/DDPG) and `OffPolicyAgent` (the continuous-control ones, SAC and TD3).
 
-Both keep n-step transitions in uniform replay behind the rate limiter
+SAC and TD3 keep n-step transitions in uniform replay behind the rate limiter
 (seed_rl.common.transitions), act uniformly at random over the action Box
 for the first `random_steps` env steps, act through a compiled
 `_act_fn(observation, eval_mask, random_phase) -> (action in [-1, 1], value)`
@@ -16,14 +17,39 @@ per env.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
+from seed_rl.agents import learning
 from seed_rl.common import agent_api
+from seed_rl.common import diagnostics
 from seed_rl.common import optimizers
 from seed_rl.common import transitions
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
+
+
+def transition_replay(
+  config: Any, num_envs: int, **kwargs: Any
+) -> transitions.TransitionReplay:
+  """The n-step transition replay a config describes (replay_capacity,
+  batch_size, min_replay_size, samples_per_insert,
+  rate_limiter_error_buffer, unroll_length, discount, n_step, seed);
+  `kwargs` go to TransitionReplay as they are (e.g. DQN's prioritization)."""
+  cfg = config
+  return transitions.TransitionReplay(
+    cfg.replay_capacity,
+    cfg.batch_size,
+    cfg.min_replay_size,
+    cfg.samples_per_insert,
+    cfg.rate_limiter_error_buffer,
+    num_envs,
+    cfg.unroll_length,
+    cfg.discount,
+    cfg.n_step,
+    seed=cfg.seed,
+    **kwargs,
+  )
 
 
 def make_generator(seed: Optional[int], stream: int) -> tf.random.Generator:
@@ -37,15 +63,22 @@ def make_generator(seed: Optional[int], stream: int) -> tf.random.Generator:
 class OffPolicyAgent(Agent):
   """Replay, random phase, acting and the learner step of SAC and TD3.
 
-  Subclasses set `config`, `box` (networks.BoxScaling), `_critics` and
-  `_target_critics`, call `_init_replay(num_envs)`, and build `_act_fn`
-  and `_train_fns` ({True: with the actor update, False: critics only}).
+  Subclasses set `config`, `box` (networks.BoxScaling), `action_size`,
+  `_critics` and `_target_critics`, `_critic_variables` (theirs, trained by
+  `_critic_optimizer`), `_optimizers` (every optimizer, the critics' first),
+  call `_init_replay(num_envs)`, and build `_act_fn` and `_train_fns`
+  ({True: with the actor update, False: critics only}) from the pieces
+  below.
   """
 
   config: Any
   box: Any
+  action_size: int
   _critics: List[Any]
   _target_critics: List[Any]
+  _critic_variables: List[tf.Variable]
+  _critic_optimizer: optimizers.Optimizer
+  _optimizers: Tuple[optimizers.Optimizer, ...]
   _act_fn: Any
   _train_fns: Dict[bool, Any]
 
@@ -57,29 +90,12 @@ class OffPolicyAgent(Agent):
     self._env_steps = tf.Variable(
       0, dtype=tf.int64, trainable=False, name="inserted_env_steps"
     )
-    self._data = transitions.TransitionReplay(
-      cfg.replay_capacity,
-      cfg.batch_size,
-      cfg.min_replay_size,
-      cfg.samples_per_insert,
-      cfg.rate_limiter_error_buffer,
-      num_envs,
-      cfg.unroll_length,
-      cfg.discount,
-      cfg.n_step,
-      seed=cfg.seed,
-    )
+    self._data = transition_replay(cfg, num_envs)
     self._act_generator = make_generator(cfg.seed, 0)
     self._train_generator = make_generator(cfg.seed, 1)
 
   def _adam(self, learning_rate: float, variables) -> optimizers.Optimizer:
-    return optimizers.make_optimizer(
-      "adam",
-      learning_rate,
-      epsilon=self.config.optimizer_epsilon,
-      max_grad_norm=self.config.max_grad_norm,
-      variables=variables,
-    )
+    return learning.adam(self.config, learning_rate, variables)
 
   # ---- Agent API ---------------------------------------------------------
 
@@ -170,3 +186,73 @@ class OffPolicyAgent(Agent):
 
   def stop(self) -> None:
     self._data.stop()
+
+  # ---- pieces of the compiled functions ----------------------------------
+
+  def _act_signature(self) -> List[tf.TensorSpec]:
+    """act_fn(observation [B, ...], eval_mask [B], random_phase [])."""
+    obs_spec = self.observation_spec
+    return [
+      tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype),
+      tf.TensorSpec([None], tf.bool),
+      tf.TensorSpec([], tf.bool),
+    ]
+
+  def _behaviour_action(
+    self, greedy: tf.Tensor, explore: tf.Tensor, random_phase, eval_mask
+  ) -> tf.Tensor:
+    """The action [B, A] in [-1, 1]: `greedy` for evaluation rows; for the
+    others uniform over [-1, 1]^A in the random phase, else `explore`."""
+    uniform = self._act_generator.uniform(tf.shape(greedy), -1.0, 1.0)
+    explore = tf.where(random_phase, uniform, explore)
+    return tf.where(eval_mask[:, None], greedy, explore)
+
+  def _train_signature(self) -> List[tf.TensorSpec]:
+    """train_fn(observation, action [B, A], return [B], discount [B],
+    next_observation) of a replay batch, B = batch_size."""
+    obs_spec, b = self.observation_spec, self.config.batch_size
+    observation = tf.TensorSpec((b,) + obs_spec.shape, obs_spec.dtype)
+    return [
+      observation,
+      tf.TensorSpec([b, self.action_size], tf.float32),
+      tf.TensorSpec([b], tf.float32),
+      tf.TensorSpec([b], tf.float32),
+      observation,
+    ]
+
+  def _critic_update(
+    self,
+    observation: tf.Tensor,
+    action: tf.Tensor,
+    target: tf.Tensor,
+    critic_loss: Callable[[List[tf.Tensor], tf.Tensor], tf.Tensor],
+  ) -> Tuple[List[tf.Tensor], Dict[str, tf.Tensor]]:
+    """One step of the critics' optimizer on critic_loss([Q_j(s, a)], y).
+
+    Returns the critics' gradients and metrics 'loss/critic', 'q/mean' (of
+    the critics' mean), 'q/target_mean' and 'q/td_error' (mean over critics
+    of |y - Q_j|).
+    """
+    variables = self._critic_variables
+    with tf.GradientTape() as tape:
+      q = [critic(observation, action) for critic in self._critics]
+      loss = critic_loss(q, target)
+    gradients = tape.gradient(loss, variables)
+    self._critic_optimizer.apply_gradients(zip(gradients, variables))
+    return list(gradients), {
+      "loss/critic": loss,
+      "q/mean": tf.reduce_mean(tf.add_n(q) / len(q)),
+      "q/target_mean": tf.reduce_mean(target),
+      "q/td_error": tf.reduce_mean(
+        tf.add_n([tf.abs(target - qj) for qj in q]) / len(q)
+      ),
+    }
+
+  def _finish_train_step(
+    self, metrics, total_loss, gradients, variables
+  ) -> Dict[str, tf.Tensor]:
+    """Adds grad/* of every network trained this step, 'loss/total' and
+    learning.finish_update's metrics (the learner step is counted)."""
+    metrics.update(diagnostics.gradient_norms(gradients, variables))
+    metrics["loss/total"] = total_loss
+    return learning.finish_update(metrics, self._step_counter, self._optimizers)

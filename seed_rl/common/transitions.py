@@ -55,6 +55,14 @@ def nstep_transitions(
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
   """n-step returns for start steps 0..S-1, S = T+1-n_step.
 
+  R2D2 applies the same episode-end rules in TensorFlow at training time
+  (seed_rl.agents.r2d2.targets.n_step_targets), on purpose in another form:
+  here the sums are fixed once per transition at insertion (float64, the
+  truncation bootstrap in return units) and the network's bootstrap comes
+  later from the stored next observation, while R2D2 bootstraps every
+  window of a replayed sequence from that sequence's own LSTM unroll, in
+  the rescaled space of its Q-values.
+
   Args:
     reward, terminated, truncated, bootstrap_value: [T+1, B] per the Unroll
       convention (time-major).

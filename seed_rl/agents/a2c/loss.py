@@ -41,8 +41,8 @@ from typing import Dict, Tuple
 
 import tensorflow as tf
 
+from seed_rl.agents import learning
 from seed_rl.agents.ppo import gae as gae_lib
-from seed_rl.common import diagnostics
 from seed_rl.common import distributions
 
 
@@ -62,6 +62,9 @@ def a2c_loss(
   normalize_advantages: bool = False,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """The A2C loss over a time-major batch of unrolls.
+
+  Kept in one piece: returns, the three terms and their metrics read top to
+  bottom as the module docstring's equations.
 
   Args:
     distribution: the policy family of `policy_params`.
@@ -106,19 +109,8 @@ def a2c_loss(
   values_t = values[:-1]
   value_loss = value_cost * 0.5 * tf.reduce_mean(tf.square(values_t - returns))
   entropy = tf.reduce_mean(distribution.entropy(params_t))
-  entropy_loss = -entropy_cost * entropy
-  total = policy_loss + value_loss + entropy_loss
-  metrics = {
-    "loss/total": total,
-    "loss/policy": policy_loss,
-    "loss/value": value_loss,
-    "loss/entropy": entropy_loss,
-    "policy/entropy": entropy,
-    "value/mean": tf.reduce_mean(values_t),
-    "value/target_mean": tf.reduce_mean(returns),
-    "value/explained_variance": diagnostics.explained_variance(
-      tf.stop_gradient(values_t), returns
-    ),
-    **diagnostics.advantage_stats(advantages),
-  }
+  total, metrics = learning.actor_critic_total(
+    policy_loss, value_loss, entropy, entropy_cost
+  )
+  metrics.update(learning.value_metrics(values_t, returns, advantages))
   return total, metrics

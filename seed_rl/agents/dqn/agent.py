@@ -16,11 +16,14 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
+from seed_rl.agents import learning
+from seed_rl.agents import off_policy
+from seed_rl.agents.dqn import loss as loss_lib
 from seed_rl.agents.dqn import networks
 from seed_rl.agents.dqn import targets as targets_lib
 from seed_rl.agents.dqn.config import DQNConfig
+from seed_rl.agents.r2d2 import exploration
 from seed_rl.common import agent_api
-from seed_rl.common import diagnostics
 from seed_rl.common import optimizers
 from seed_rl.common import replay as replay_lib
 from seed_rl.common import schedules
@@ -42,25 +45,14 @@ class DQNAgent(Agent):
     config: Optional[DQNConfig] = None,
   ):
     super().__init__(observation_spec, action_spec, num_envs)
-    if not action_spec.is_discrete or action_spec.shape != ():
-      raise ValueError(
-        f"DQN needs a scalar discrete action spec (num_values "
-        f"set, shape ()), got shape {list(action_spec.shape)} "
-        f"num_values {action_spec.num_values}"
-      )
+    self.num_actions = learning.num_discrete_actions(action_spec, "DQN")
     cfg = self.config = config if config is not None else DQNConfig()
     self.unroll_length = cfg.unroll_length
     self.unroll_overlap = cfg.unroll_overlap
-    assert action_spec.num_values is not None  # is_discrete, checked above
-    self.num_actions = int(action_spec.num_values)
     self._online = self._make_network("dqn_online")
     self._target = self._make_network("dqn_target")
-    self._optimizer = optimizers.make_optimizer(
-      "adam",
-      cfg.learning_rate,
-      epsilon=cfg.optimizer_epsilon,
-      max_grad_norm=cfg.max_grad_norm,
-      variables=self._online.trainable_variables,
+    self._optimizer = learning.adam(
+      cfg, cfg.learning_rate, self._online.trainable_variables
     )
     self._step_counter = optimizers.learner_step_counter()
     frame_stack_shape = None
@@ -73,17 +65,9 @@ class DQNAgent(Agent):
           f"{np.dtype(observation_spec.dtype).name} {list(shape)}"
         )
       frame_stack_shape = tuple(shape)
-    self._data = transitions.TransitionReplay(
-      cfg.replay_capacity,
-      cfg.batch_size,
-      cfg.min_replay_size,
-      cfg.samples_per_insert,
-      cfg.rate_limiter_error_buffer,
+    self._data = off_policy.transition_replay(
+      cfg,
       num_envs,
-      cfg.unroll_length,
-      cfg.discount,
-      cfg.n_step,
-      seed=cfg.seed,
       prioritized=cfg.prioritized,
       priority_exponent=cfg.priority_exponent,
       importance_sampling_exponent=cfg.importance_sampling_exponent,
@@ -148,14 +132,14 @@ class DQNAgent(Agent):
 
   def act(self, inputs: ActInputs) -> ActOutputs:
     inputs = agent_api.check_act_inputs(inputs, self.observation_spec)
-    batch_size, eval_mask = len(inputs.eval_mask), inputs.eval_mask
+    eval_mask = inputs.eval_mask
     q_explore, q_greedy = (q.numpy() for q in self._act_fn(inputs.observation))
     # Evaluation rows act on the noise-free Q (identical without NoisyNet).
     q = np.where(eval_mask[:, None], q_greedy, q_explore)
-    action = np.argmax(q, axis=-1)
-    explore = (self._rng.random(batch_size) < self.epsilon()) & ~eval_mask
-    action = np.where(
-      explore, self._rng.integers(0, self.num_actions, batch_size), action
+    # Evaluation rows never explore.
+    epsilon = np.where(eval_mask, 0.0, self.epsilon())
+    action = exploration.epsilon_greedy(
+      np.argmax(q, axis=-1), self.num_actions, epsilon, self._rng
     )
     value = q.max(axis=-1)
     if self.config.value_rescaling:
@@ -308,9 +292,6 @@ class DQNAgent(Agent):
         # One pass over s and s' (same noise sample, half the calls).
         q_all = online(tf.concat([observation, next_observation], axis=0))
         q, online_q_next = q_all[:b], q_all[b:]
-        q_taken = tf.reduce_sum(
-          q * tf.one_hot(action, self.num_actions, dtype=q.dtype), axis=-1
-        )
         target_value = targets_lib.transition_targets(
           returns,
           discount,
@@ -320,31 +301,16 @@ class DQNAgent(Agent):
           rescale=cfg.value_rescaling,
           eps=cfg.value_rescaling_epsilon,
         )
-        td_error = target_value - q_taken
-        abs_td = tf.abs(td_error)
-        if cfg.huber_loss:
-          quadratic = tf.minimum(abs_td, cfg.huber_delta)
-          per_item = 0.5 * quadratic**2 + cfg.huber_delta * (abs_td - quadratic)
-        else:
-          per_item = 0.5 * td_error**2
-        loss = tf.reduce_mean(weights * per_item)
+        loss, td_error, metrics = loss_lib.dqn_loss(
+          q,
+          action,
+          target_value,
+          weights,
+          huber_delta=cfg.huber_delta if cfg.huber_loss else None,
+        )
       gradients = tape.gradient(loss, variables)
-      metrics = diagnostics.gradient_norms(gradients, variables)
-      optimizer.apply_gradients(zip(gradients, variables))
-      step_counter.assign_add(1)
-      metrics.update(
-        {
-          "loss/td": loss,
-          "loss/total": loss,
-          "q/mean": tf.reduce_mean(q_taken),
-          "q/target_mean": tf.reduce_mean(target_value),
-          "q/td_error": tf.reduce_mean(abs_td),
-          "replay/importance_weight_mean": tf.reduce_mean(weights),
-          "opt/learning_rate": tf.convert_to_tensor(optimizer.learning_rate),
-          "errors/nonfinite_updates": tf.cast(
-            optimizer.nonfinite_updates, tf.float32
-          ),
-        }
+      learning.apply_update(
+        optimizer, gradients, variables, metrics, step_counter
       )
       return td_error, metrics
 

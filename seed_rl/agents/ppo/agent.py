@@ -24,33 +24,49 @@ drift of earlier updates and could stop an update before its first step.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from seed_rl.agents import learning
+from seed_rl.agents import on_policy
 from seed_rl.agents.ppo import loss as loss_lib
 from seed_rl.agents.ppo import networks
 from seed_rl.agents.ppo import update as update_lib
 from seed_rl.agents.ppo.config import PPOConfig
 from seed_rl.common import agent_api
 from seed_rl.common import schedules
-from seed_rl.common import distributions
 from seed_rl.common import normalizers
 from seed_rl.common import optimizers
-from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
+from seed_rl.common.agent_api import ActInputs, ActOutputs, Unroll
 from seed_rl.common.specs import ArraySpec
-from seed_rl.common.unroll_queue import UnrollQueue
 
 # Names in ActOutputs.extras / Unroll.extras.
 LOG_PROB = "log_prob"  # float32 [B] log mu(a|s) of the raw action.
-RAW_ACTION = "raw_action"  # float32 [B, D] Gaussian sample before clip/tanh.
+RAW_ACTION = on_policy.RAW_ACTION  # float32 [B, D] sample before clip/tanh.
 
 
-class PPOAgent(Agent):
+class TimeMajorBatch(NamedTuple):
+  """An update's inputs: T transitions t -> t+1 of B unrolls (NumPy).
+
+  The outcome of a transition is stored at step t+1 (SEED's layout), so
+  rewards and flags start at step 1 and the action at step 0.
+  """
+
+  observation: np.ndarray  # [T+1, B, ...]
+  raw_action: np.ndarray  # [T, B, ...]
+  rewards: np.ndarray  # float32 [T, B]
+  terminated: np.ndarray  # bool [T, B]
+  truncated: np.ndarray  # bool [T, B]
+  bootstrap_value: np.ndarray  # float32 [T, B]
+  behaviour_log_prob: np.ndarray  # float32 [T, B] log mu(a_t|x_t)
+
+
+class PPOAgent(on_policy.RawActionAgent):
   """PPO (clipped or adaptive-KL) actor-critic on a bounded unroll queue."""
 
-  unroll_overlap = 1
+  _act_log_prob = True  # stored as extras[LOG_PROB], mu of the ratio
 
   def __init__(
     self,
@@ -62,10 +78,49 @@ class PPOAgent(Agent):
     super().__init__(observation_spec, action_spec, num_envs)
     cfg = self.config = config if config is not None else PPOConfig()
     self.unroll_length = cfg.unroll_length
-    self._distribution = distributions.for_action_spec(
-      action_spec, cfg.bound_handling
+    self._init_policy(cfg.bound_handling)
+    self._init_normalizers()
+    self._network = networks.PPONetwork(
+      cfg.torso or networks.default_torso(observation_spec),
+      self._distribution,
+      log_std=cfg.log_std,
+      init_log_std=cfg.init_log_std,
+      shared_torso=cfg.shared_torso,
+      name="ppo_network",
     )
-    self._continuous = not action_spec.is_discrete
+    networks.build_network(
+      self._network,
+      observation_spec,
+      "float32" if self._obs_normalizer is not None else None,
+    )
+    # The rate is a variable set before every update from step_counter: it is
+    # annealed per PPO update, not per minibatch (the optimizer's own
+    # iteration count varies with early stopping).
+    self._optimizer = learning.adam(
+      cfg, cfg.learning_rate, self._network.trainable_variables
+    )
+    self._step_counter = optimizers.learner_step_counter()
+    self._kl_coef = tf.Variable(
+      cfg.initial_kl_coef, dtype=tf.float32, trainable=False, name="kl_coef"
+    )
+    self._generator = tf.random.Generator.from_seed(cfg.seed)
+    self._shuffle_rng = np.random.default_rng(cfg.seed)
+    self._init_queue(cfg.queue_capacity or cfg.batch_size, cfg.batch_size)
+    self._act_fn = self._make_act_fn()
+    update = update_lib.PPOUpdate(
+      cfg,
+      self._network,
+      self._distribution,
+      self._optimizer,
+      self._kl_coef,
+      self._preprocess,
+      self._time_major_signature(),
+    )
+    self._targets_fn, self._update_fn = update.targets_fn, update.update_fn
+
+  def _init_normalizers(self) -> None:
+    """The observation normalizer and reward scaler the config asks for."""
+    cfg, observation_spec = self.config, self.observation_spec
     float_obs = np.issubdtype(np.dtype(observation_spec.dtype), np.floating)
     if cfg.normalize_observations and not float_obs:
       raise ValueError(
@@ -84,69 +139,17 @@ class PPOAgent(Agent):
     self._reward_scaler = None
     if cfg.scale_rewards:
       self._reward_scaler = normalizers.RewardScaler(
-        num_envs, cfg.discount, clip=cfg.reward_clip
+        self.num_envs, cfg.discount, clip=cfg.reward_clip
       )
     # act() reads the observation statistics while train_step() may update
     # them; the lock makes every act call see one consistent (mean, var).
     self._stats_lock = threading.Lock()
 
-    self._network = networks.PPONetwork(
-      cfg.torso or networks.default_torso(observation_spec),
-      self._distribution,
-      log_std=cfg.log_std,
-      init_log_std=cfg.init_log_std,
-      shared_torso=cfg.shared_torso,
-      name="ppo_network",
-    )
-    networks.build_network(
-      self._network,
-      observation_spec,
-      "float32" if self._obs_normalizer is not None else None,
-    )
-    # The rate is a variable set before every update from step_counter: it is
-    # annealed per PPO update, not per minibatch (the optimizer's own
-    # iteration count varies with early stopping).
-    self._optimizer = optimizers.make_optimizer(
-      "adam",
-      cfg.learning_rate,
-      epsilon=cfg.optimizer_epsilon,
-      max_grad_norm=cfg.max_grad_norm,
-      variables=self._network.trainable_variables,
-    )
-    self._step_counter = optimizers.learner_step_counter()
-    self._kl_coef = tf.Variable(
-      cfg.initial_kl_coef, dtype=tf.float32, trainable=False, name="kl_coef"
-    )
-    self._generator = tf.random.Generator.from_seed(cfg.seed)
-    self._shuffle_rng = np.random.default_rng(cfg.seed)
-    self._queue = UnrollQueue(
-      cfg.queue_capacity or cfg.batch_size, cfg.batch_size
-    )
-    self._act_fn = self._make_act_fn()
-    update = update_lib.PPOUpdate(
-      cfg,
-      self._network,
-      self._distribution,
-      self._optimizer,
-      self._kl_coef,
-      self._preprocess,
-      self._time_major_signature(),
-    )
-    self._targets_fn, self._update_fn = update.targets_fn, update.update_fn
-
   # ---- Agent API ---------------------------------------------------------
-
-  @property
-  def step_counter(self) -> tf.Variable:
-    return self._step_counter
 
   @property
   def network(self) -> networks.PPONetwork:
     return self._network
-
-  @property
-  def distribution(self) -> distributions.ActionDistribution:
-    return self._distribution
 
   @property
   def observation_normalizer(self) -> Optional[normalizers.RunningMeanStd]:
@@ -159,23 +162,16 @@ class PPOAgent(Agent):
   def act(self, inputs: ActInputs) -> ActOutputs:
     inputs = agent_api.check_act_inputs(inputs, self.observation_spec)
     with self._stats_lock:
-      action, raw_action, log_prob, value = self._act_fn(
+      action, raw_action, value, log_prob = self._act_fn(
         inputs.observation, inputs.eval_mask
       )
-    extras = {LOG_PROB: log_prob.numpy()}
-    if self._continuous:
-      extras[RAW_ACTION] = raw_action.numpy()
-    return ActOutputs(
-      action=action.numpy().astype(self.action_spec.dtype, copy=False),
-      value=value.numpy(),
-      extras=extras,
-      core_state=(),
+    return self._act_outputs(
+      action, raw_action, value, {LOG_PROB: log_prob.numpy()}
     )
 
   def add_unrolls(self, unrolls: Unroll) -> None:
-    extras = {LOG_PROB: ()}
-    if self._continuous:
-      extras[RAW_ACTION] = self.action_spec.shape
+    extras: Dict[str, Tuple[int, ...]] = {LOG_PROB: ()}
+    extras.update(self._required_extras())
     agent_api.check_unroll(
       unrolls,
       self.unroll_length,
@@ -197,25 +193,55 @@ class PPOAgent(Agent):
     self._queue.put(unrolls)
 
   def train_step(self) -> Mapping[str, float]:
-    batch = self._queue.get_batch()
-    if batch is None:
-      return {}
     cfg = self.config
     t, b = cfg.unroll_length, cfg.batch_size
-    step = int(self._step_counter.numpy())
     # Steps 0..T-1 are the ones this update trains on (step T bootstraps).
-    policy_lag = agent_api.policy_lag(step, batch.policy_version[:, :t])
+    taken = self._next_batch(trained_steps=t)
+    if taken is None:
+      return {}
+    batch, policy_lag = taken
+    step = int(self._step_counter.numpy())
+    inputs = self._time_major(batch)
+    inputs = inputs._replace(rewards=self._prepare(inputs, batch.env_ids))
+    learning_rate, clip_ratio = self._annealed(step)
+    self._optimizer.learning_rate.assign(learning_rate)
 
-    (
-      observation,
-      raw_action,
-      rewards,
-      terminated,
-      truncated,
-      bootstrap_value,
-      behaviour_log_prob,
-    ) = self._time_major(batch)
+    # One shuffled order of the T*B transitions per epoch; the update runs
+    # all epochs and minibatches in one graph call (4x faster than a Python
+    # loop of per-minibatch calls for a HalfCheetah update on CPU: 0.1 s vs
+    # 0.4 s for 320 minibatches).
+    order = np.stack(
+      [self._shuffle_rng.permutation(t * b) for _ in range(cfg.num_epochs)]
+    ).astype(np.int32)
+    out = self._update_fn(*inputs, order, np.float32(clip_ratio))
+    if cfg.loss == "kl_penalty":
+      self._kl_coef.assign(
+        loss_lib.adapt_kl_coef(
+          float(self._kl_coef.numpy()),
+          float(out["ppo/update_kl_final"]),
+          cfg.kl_target,
+        )
+      )
+    self._step_counter.assign_add(1)
+    result = on_policy.step_result(
+      out, policy_lag, float(t * b) * float(out["ppo/epochs"])
+    )
+    result["opt/learning_rate"] = learning_rate
+    result["errors/nonfinite_updates"] = float(
+      self._optimizer.nonfinite_updates.numpy()
+    )
+    result["ppo/clip_ratio"] = clip_ratio
+    if self._reward_scaler is not None:
+      result["ppo/reward_scale"] = float(
+        self._reward_scaler.return_stats.std.numpy()
+      )
+    return result
 
+  def _prepare(self, inputs: TimeMajorBatch, env_ids: np.ndarray) -> np.ndarray:
+    """Moves the observation statistics and the reward scale with a batch
+    (env_ids [B]); returns the rewards [T, B] to train on (clipped,
+    scaled)."""
+    observation, rewards = inputs.observation, inputs.rewards
     if self._obs_normalizer is not None:
       # Statistics move here, once per update, from the batch (steps 1..T;
       # step 0 repeats the previous unroll's last step), not in act():
@@ -229,12 +255,17 @@ class PPOAgent(Agent):
         self._obs_normalizer.update(
           observation[1:].reshape((-1,) + self.observation_spec.shape)
         )
-    if cfg.reward_clipping == "abs_one":
+    if self.config.reward_clipping == "abs_one":
       rewards = np.clip(rewards, -1.0, 1.0)
     if self._reward_scaler is not None:
-      self._reward_scaler.update(rewards, terminated | truncated, batch.env_ids)
+      done = inputs.terminated | inputs.truncated
+      self._reward_scaler.update(rewards, done, env_ids)
       rewards = self._reward_scaler.scale(rewards).numpy()
+    return rewards
 
+  def _annealed(self, step: int) -> Tuple[float, float]:
+    """(learning rate, clip ratio) of the update after `step` updates."""
+    cfg = self.config
     remaining = 1.0
     if cfg.total_learner_steps:
       remaining = schedules.linear(1.0, 0.0, cfg.total_learner_steps)(step)
@@ -242,89 +273,23 @@ class PPOAgent(Agent):
       remaining if cfg.lr_schedule == "linear" else 1.0
     )
     clip_ratio = cfg.clip_ratio * (remaining if cfg.anneal_clip_ratio else 1.0)
-    self._optimizer.learning_rate.assign(learning_rate)
+    return learning_rate, clip_ratio
 
-    # One shuffled order of the T*B transitions per epoch; the update runs
-    # all epochs and minibatches in one graph call (4x faster than a Python
-    # loop of per-minibatch calls for a HalfCheetah update on CPU: 0.1 s vs
-    # 0.4 s for 320 minibatches).
-    order = np.stack(
-      [self._shuffle_rng.permutation(t * b) for _ in range(cfg.num_epochs)]
-    ).astype(np.int32)
-    out = self._update_fn(
-      observation,
-      raw_action,
-      rewards,
-      terminated,
-      truncated,
-      bootstrap_value,
-      behaviour_log_prob,
-      order,
-      np.float32(clip_ratio),
-    )
-    result = {name: float(value) for name, value in out.items()}
-    if cfg.loss == "kl_penalty":
-      self._kl_coef.assign(
-        loss_lib.adapt_kl_coef(
-          float(self._kl_coef.numpy()),
-          result["ppo/update_kl_final"],
-          cfg.kl_target,
-        )
-      )
-    self._step_counter.assign_add(1)
-    result.update(
-      {
-        "perf/policy_lag": policy_lag,
-        "opt/learning_rate": learning_rate,
-        "errors/nonfinite_updates": float(
-          self._optimizer.nonfinite_updates.numpy()
-        ),
-        agent_api.SAMPLES_METRIC: float(t * b) * result["ppo/epochs"],
-        "ppo/clip_ratio": clip_ratio,
-      }
-    )
-    if self._reward_scaler is not None:
-      result["ppo/reward_scale"] = float(
-        self._reward_scaler.return_stats.std.numpy()
-      )
-    return result
-
-  def _time_major(self, batch: Unroll):
-    """Unroll [B, T+1, ...] -> time-major training inputs.
-
-    Returns observation [T+1, B, ...] and, for the T transitions t -> t+1,
-    raw_action [T, B, ...] and behaviour_log_prob [T, B] (taken at step t),
-    rewards, terminated, truncated and bootstrap_value [T, B] (stored at step
-    t+1: SEED's layout puts a transition's outcome on the step it leads to,
-    so step 0's flags belong to the previous unroll).
-    """
-    t, time_major = self.unroll_length, agent_api.time_major
-    raw_action = batch.extras[RAW_ACTION] if self._continuous else batch.action
-    return (
-      time_major(batch.observation),
-      time_major(raw_action)[:t],
-      time_major(batch.reward, np.float32)[1:],
-      time_major(batch.terminated, np.bool_)[1:],
-      time_major(batch.truncated, np.bool_)[1:],
-      time_major(batch.bootstrap_value, np.float32)[1:],
-      time_major(batch.extras[LOG_PROB], np.float32)[:t],
+  def _time_major(self, batch: Unroll) -> TimeMajorBatch:
+    """Unroll [B, T+1, ...] -> the update's time-major inputs."""
+    log_prob = agent_api.time_major(batch.extras[LOG_PROB], np.float32)
+    return TimeMajorBatch(
+      *self._transition_batch(batch), log_prob[: self.unroll_length]
     )
 
   def checkpoint_objects(self) -> Dict[str, Any]:
-    objects = {
-      "network": self._network,
-      "optimizer": self._optimizer,
-      "step": self._step_counter,
-      "kl_coef": self._kl_coef,
-    }
+    objects = super().checkpoint_objects()
+    objects["kl_coef"] = self._kl_coef
     if self._obs_normalizer is not None:
       objects["observation_normalizer"] = self._obs_normalizer
     if self._reward_scaler is not None:
       objects["reward_scaler"] = self._reward_scaler
     return objects
-
-  def stop(self) -> None:
-    self._queue.stop()
 
   # ---- compiled functions ------------------------------------------------
 
@@ -332,34 +297,6 @@ class PPOAgent(Agent):
     if self._obs_normalizer is None:
       return observation  # torsos cast (and scale frames) themselves
     return self._obs_normalizer.normalize(observation)
-
-  def _raw_action_spec(self, leading) -> tf.TensorSpec:
-    if self._continuous:
-      return tf.TensorSpec(leading + self.action_spec.shape, tf.float32)
-    return tf.TensorSpec(leading, self.action_spec.dtype)
-
-  def _make_act_fn(self):
-    obs_spec = self.observation_spec
-    network, distribution = self._network, self._distribution
-    generator = self._generator
-
-    @tf.function(
-      input_signature=[
-        tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype),
-        tf.TensorSpec([None], tf.bool),
-      ]
-    )
-    def act_fn(observation, eval_mask):
-      params, value = network(self._preprocess(observation))
-      sampled, sampled_raw = distribution.sample(params, generator)
-      greedy, greedy_raw = distribution.mode(params)
-      mask = tf.reshape(eval_mask, [-1] + [1] * (sampled.shape.rank - 1))
-      action = tf.where(mask, greedy, sampled)
-      raw_action = tf.where(mask, greedy_raw, sampled_raw)
-      log_prob = distribution.log_prob(params, raw_action)
-      return action, raw_action, log_prob, value
-
-    return act_fn
 
   def _time_major_signature(self):
     obs_spec = self.observation_spec

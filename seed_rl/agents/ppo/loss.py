@@ -20,6 +20,8 @@ from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
 
+from seed_rl.agents import learning
+
 LOSS_TYPES = ("clip", "kl_penalty")
 
 
@@ -133,6 +135,9 @@ def ppo_loss(
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """Total PPO loss (to minimise) over a minibatch and its metrics.
 
+  Kept in one piece: the surrogate (either kind), value and entropy terms
+  and their metrics read top to bottom as the module docstring's equations.
+
   Args:
     log_prob: [N] log pi_theta(a|s) (carries the gradient).
     behaviour_log_prob: [N] log mu(a|s) stored at inference.
@@ -191,23 +196,16 @@ def ppo_loss(
   v_loss = value_cost * tf.reduce_mean(
     value_loss(values, returns, old_values, value_clip)
   )
-  mean_entropy = tf.reduce_mean(entropy)
-  entropy_loss = -entropy_cost * mean_entropy
-  loss = policy_loss + v_loss + entropy_loss
+  loss, metrics = learning.actor_critic_total(
+    policy_loss, v_loss, tf.reduce_mean(entropy), entropy_cost
+  )
 
   ratio_ng = tf.stop_gradient(ratio)
-  metrics = {
-    "loss/total": loss,
-    "loss/policy": policy_loss,
-    "loss/value": v_loss,
-    "loss/entropy": entropy_loss,
-    "policy/entropy": tf.stop_gradient(mean_entropy),
-    "policy/approx_kl": tf.reduce_mean(
-      (ratio_ng - 1.0) - tf.stop_gradient(log_ratio)
-    ),
-    "policy/clip_fraction": tf.reduce_mean(
-      tf.cast(tf.abs(ratio_ng - 1.0) > clip_ratio, tf.float32)
-    ),
-    "ppo/kl_coef": tf.cast(kl_coef, tf.float32),
-  }
+  metrics["policy/approx_kl"] = tf.reduce_mean(
+    (ratio_ng - 1.0) - tf.stop_gradient(log_ratio)
+  )
+  metrics["policy/clip_fraction"] = tf.reduce_mean(
+    tf.cast(tf.abs(ratio_ng - 1.0) > clip_ratio, tf.float32)
+  )
+  metrics["ppo/kl_coef"] = tf.cast(kl_coef, tf.float32)
   return loss, metrics

@@ -8,10 +8,11 @@ stopping on the KL from the policy at the start of the update.
 
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Callable, List, NamedTuple
 
 import tensorflow as tf
 
+from seed_rl.agents import learning
 from seed_rl.agents.ppo import gae as gae_lib
 from seed_rl.agents.ppo import loss as loss_lib
 from seed_rl.agents.ppo.config import PPOConfig
@@ -34,6 +35,19 @@ _STEP_METRICS = (
   "grad/norm_head",
   "ppo/update_kl",
 )
+
+
+class Transitions(NamedTuple):
+  """The N = T*B transitions of an update, flat, with their targets."""
+
+  observation: tf.Tensor  # [N, ...]
+  raw_action: tf.Tensor  # [N, ...]
+  behaviour_log_prob: tf.Tensor  # [N] log mu(a|x)
+  old_values: tf.Tensor  # [N] V(x) at the start of the update
+  prox_params: tf.Tensor  # [N, P] policy params at the start of the update
+  prox_log_prob: tf.Tensor  # [N] log pi_start(a|x)
+  advantages: tf.Tensor  # [N]
+  returns: tf.Tensor  # [N]
 
 
 class PPOUpdate:
@@ -111,47 +125,33 @@ class PPOUpdate:
     )
     values, params = value[:-1], params[:-1]
     flat_params = tf.reshape(params, [-1, distribution.num_params])
-    flat_actions = tf.reshape(
-      raw_action, tf.concat([[-1], tf.shape(raw_action)[2:]], axis=0)
-    )
     log_prob = tf.reshape(
-      distribution.log_prob(flat_params, flat_actions), tf.shape(values)
+      distribution.log_prob(flat_params, _flat(raw_action)), tf.shape(values)
     )
     return values, advantages, returns, params, log_prob
 
-  def _minibatch_step(
-    self,
-    observation,
-    raw_action,
-    behaviour_log_prob,
-    advantages,
-    returns,
-    old_values,
-    prox_params,
-    prox_log_prob,
-    clip_ratio,
-  ):
-    """One gradient step on N transitions ([N, ...]); returns its metrics."""
+  def _minibatch_step(self, batch: Transitions, clip_ratio):
+    """One gradient step on a minibatch of transitions; returns its metrics."""
     cfg, distribution = self._config, self._distribution
     variables = self._network.trainable_variables
     with tf.GradientTape() as tape:
-      params, values = self._network(self._preprocess(observation))
-      log_prob = distribution.log_prob(params, raw_action)
+      params, values = self._network(self._preprocess(batch.observation))
+      log_prob = distribution.log_prob(params, batch.raw_action)
       kl = (
-        distribution.kl(prox_params, params)
+        distribution.kl(batch.prox_params, params)
         if cfg.loss == "kl_penalty"
         else None
       )
       total, metrics = loss_lib.ppo_loss(
         log_prob,
-        behaviour_log_prob,
-        advantages,
+        batch.behaviour_log_prob,
+        batch.advantages,
         values,
-        returns,
+        batch.returns,
         distribution.entropy(params),
         loss_type=cfg.loss,
         clip_ratio=clip_ratio,
-        old_values=old_values,
+        old_values=batch.old_values,
         value_clip=cfg.value_clip,
         kl=kl,
         kl_coef=tf.convert_to_tensor(self._kl_coef),
@@ -162,21 +162,45 @@ class PPOUpdate:
         value_cost=cfg.value_cost,
         normalize_advantage=cfg.normalize_advantages,
       )
-    gradients = tape.gradient(total, variables)
-    metrics.update(diagnostics.gradient_norms(gradients, variables))
     # The KL from the start of the update, before this step (drives early
     # stopping; the same estimator as policy/approx_kl).
-    log_ratio = tf.stop_gradient(log_prob) - prox_log_prob
+    log_ratio = tf.stop_gradient(log_prob) - batch.prox_log_prob
     metrics["ppo/update_kl"] = tf.reduce_mean(
       tf.exp(log_ratio) - 1.0 - log_ratio
     )
-    self._optimizer.apply_gradients(zip(gradients, variables))
-    return metrics
+    gradients = tape.gradient(total, variables)
+    return learning.apply_update(self._optimizer, gradients, variables, metrics)
+
+  def _flat_targets(self, target_args, behaviour_log_prob) -> Transitions:
+    """Targets of a time-major batch, flattened to its N = T*B transitions.
+
+    Args:
+      target_args: `_targets`' arguments (observation [T+1, B, ...],
+        raw_action [T, B, ...], then rewards and flags [T, B]).
+      behaviour_log_prob: [T, B].
+    """
+    observation, raw_action = target_args[:2]
+    values, advantages, returns, prox_params, prox_log_prob = self._targets(
+      *target_args
+    )
+    return Transitions(
+      *(
+        _flat(x)
+        for x in (
+          observation[:-1],
+          raw_action,
+          behaviour_log_prob,
+          values,
+          prox_params,
+          prox_log_prob,
+          advantages,
+          returns,
+        )
+      )
+    )
 
   def _make_update_fn(self):
-    cfg, distribution = self._config, self._distribution
-    num_minibatches = cfg.num_minibatches
-    early_stop_kl = cfg.early_stop_kl
+    cfg = self._config
 
     @tf.function(
       input_signature=self._signature
@@ -186,90 +210,80 @@ class PPOUpdate:
         tf.TensorSpec([], tf.float32),
       ]
     )
-    def update_fn(
-      observation,
-      raw_action,
-      rewards,
-      terminated,
-      truncated,
-      bootstrap_value,
-      behaviour_log_prob,
-      order,
-      clip_ratio,
-    ):
-      """A whole PPO update; order [num_epochs, T*B] shuffles each epoch."""
-      target_args = (
-        observation,
-        raw_action,
-        rewards,
-        terminated,
-        truncated,
-        bootstrap_value,
+    def update_fn(*args):
+      """A whole PPO update on `_targets`' six inputs, behaviour_log_prob
+      [T, B], order [num_epochs, T*B] (one shuffle per epoch) and
+      clip_ratio []."""
+      target_args, (behaviour_log_prob, order, clip_ratio) = args[:6], args[6:]
+      data = self._flat_targets(target_args, behaviour_log_prob)
+      explained_variance = diagnostics.explained_variance(
+        data.old_values, data.returns
       )
-      values, advantages, returns, prox_params, prox_log_prob = self._targets(
-        *target_args
-      )
-
-      def flat(x):
-        return tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], axis=0))
-
-      obs_flat = flat(observation[:-1])
-      action_flat, behaviour_flat = flat(raw_action), flat(behaviour_log_prob)
-      old_values, prox_params = flat(values), flat(prox_params)
-      prox_log_prob = flat(prox_log_prob)
-      advantages, returns = flat(advantages), flat(returns)
-      explained_variance = diagnostics.explained_variance(old_values, returns)
-      n = tf.shape(obs_flat)[0]
-
-      names = _STEP_METRICS
-      sums = tf.zeros([len(names)])
-      count = tf.constant(0)
-      stopped = tf.constant(False)
-      for epoch in tf.range(tf.shape(order)[0]):
-        if cfg.recompute_advantages_each_epoch and epoch > 0:
-          _, new_adv, new_ret, _, _ = self._targets(*target_args)
-          advantages, returns = flat(new_adv), flat(new_ret)
-        for m in tf.range(num_minibatches):
-          # Equal-as-possible contiguous slices of this epoch's permutation.
-          idx = order[
-            epoch, (m * n) // num_minibatches : ((m + 1) * n) // num_minibatches
-          ]
-          metrics = self._minibatch_step(
-            tf.gather(obs_flat, idx),
-            tf.gather(action_flat, idx),
-            tf.gather(behaviour_flat, idx),
-            tf.gather(advantages, idx),
-            tf.gather(returns, idx),
-            tf.gather(old_values, idx),
-            tf.gather(prox_params, idx),
-            tf.gather(prox_log_prob, idx),
-            clip_ratio,
-          )
-          sums += tf.stack([tf.cast(metrics[k], tf.float32) for k in names])
-          count += 1
-          if early_stop_kl is not None:
-            if metrics["ppo/update_kl"] > early_stop_kl:
-              stopped = True
-              break
-        if stopped:
-          break
-
-      means = sums / tf.cast(count, tf.float32)
-      out = {name: means[i] for i, name in enumerate(names)}
-      out.update(
-        {
-          "value/explained_variance": explained_variance,
-          "ppo/epochs": tf.cast(count, tf.float32) / num_minibatches,
-          "ppo/early_stopped": tf.cast(stopped, tf.float32),
-          **diagnostics.advantage_stats(advantages),
-          "value/target_mean": tf.reduce_mean(returns),
-        }
-      )
+      out = self._epochs(data, target_args, order, clip_ratio)
+      out["value/explained_variance"] = explained_variance
       if cfg.loss == "kl_penalty":
-        params, _ = self._network(self._preprocess(obs_flat))
+        params, _ = self._network(self._preprocess(data.observation))
         out["ppo/update_kl_final"] = tf.reduce_mean(
-          distribution.kl(prox_params, params)
+          self._distribution.kl(data.prox_params, params)
         )
       return out
 
     return update_fn
+
+  def _epochs(self, data: Transitions, target_args, order, clip_ratio):
+    """The epochs of minibatch steps over `data` (order [num_epochs, N]),
+    until the KL from the start exceeds early_stop_kl; returns the
+    update's metrics (`_summary`)."""
+    cfg = self._config
+    num_minibatches, early_stop_kl = cfg.num_minibatches, cfg.early_stop_kl
+    n = tf.shape(data.observation)[0]
+    advantages, returns = data.advantages, data.returns
+    sums = tf.zeros([len(_STEP_METRICS)])
+    count = tf.constant(0)
+    stopped = tf.constant(False)
+    for epoch in tf.range(tf.shape(order)[0]):
+      if cfg.recompute_advantages_each_epoch and epoch > 0:
+        _, new_adv, new_ret, _, _ = self._targets(*target_args)
+        advantages, returns = _flat(new_adv), _flat(new_ret)
+      for m in tf.range(num_minibatches):
+        # Equal-as-possible contiguous slices of this epoch's permutation.
+        idx = order[
+          epoch, (m * n) // num_minibatches : ((m + 1) * n) // num_minibatches
+        ]
+        minibatch = data._replace(advantages=advantages, returns=returns)
+        metrics = self._minibatch_step(
+          Transitions(*[tf.gather(x, idx) for x in minibatch]),
+          clip_ratio,
+        )
+        sums += tf.stack(
+          [tf.cast(metrics[k], tf.float32) for k in _STEP_METRICS]
+        )
+        count += 1
+        if early_stop_kl is not None:
+          if metrics["ppo/update_kl"] > early_stop_kl:
+            stopped = True
+            break
+      if stopped:
+        break
+    return self._summary(sums, count, stopped, advantages, returns)
+
+  def _summary(self, sums, count, stopped, advantages, returns):
+    """The update's metrics: the mean of each of _STEP_METRICS over its
+    `count` minibatch steps, epochs run, whether it stopped early, and the
+    statistics of the (last) advantages and returns [N]."""
+    means = sums / tf.cast(count, tf.float32)
+    out = {name: means[i] for i, name in enumerate(_STEP_METRICS)}
+    out.update(
+      {
+        "ppo/epochs": tf.cast(count, tf.float32) / self._config.num_minibatches,
+        "ppo/early_stopped": tf.cast(stopped, tf.float32),
+        **diagnostics.advantage_stats(advantages),
+        "value/target_mean": tf.reduce_mean(returns),
+      }
+    )
+    return out
+
+
+def _flat(x: tf.Tensor) -> tf.Tensor:
+  """[T, B, ...] -> [T*B, ...]."""
+  return tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], axis=0))

@@ -17,6 +17,7 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
+from seed_rl.agents import learning
 from seed_rl.agents.r2d2 import exploration
 from seed_rl.common import frames as frames_lib
 from seed_rl.agents.r2d2 import loss as loss_lib
@@ -24,7 +25,6 @@ from seed_rl.agents.r2d2 import networks
 from seed_rl.agents.r2d2 import targets as targets_lib
 from seed_rl.agents.r2d2.config import R2D2Config
 from seed_rl.common import agent_api
-from seed_rl.common import diagnostics
 from seed_rl.common import optimizers
 from seed_rl.common import target_network
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
@@ -52,17 +52,10 @@ class R2D2Agent(Agent):
     config: Optional[R2D2Config] = None,
   ):
     super().__init__(observation_spec, action_spec, num_envs)
-    if not action_spec.is_discrete or action_spec.shape != ():
-      raise ValueError(
-        f"R2D2 needs a scalar discrete action spec (num_values "
-        f"set, shape ()), got shape {action_spec.shape} "
-        f"num_values {action_spec.num_values}"
-      )
+    self._num_actions = learning.num_discrete_actions(action_spec, "R2D2")
     self.config = cfg = config if config is not None else R2D2Config()
     self.unroll_length = cfg.unroll_length
     self.unroll_overlap = cfg.unroll_overlap
-    assert action_spec.num_values is not None  # is_discrete, checked above
-    self._num_actions = int(action_spec.num_values)
     make_net = lambda name: networks.R2D2Network(
       cfg.torso, self._num_actions, cfg.lstm_units, cfg.head_hidden, name=name
     )
@@ -71,12 +64,8 @@ class R2D2Agent(Agent):
     networks.build_network(self._online, observation_spec)
     networks.build_network(self._target, observation_spec)
     target_network.hard_update(self._online.weights, self._target.weights)
-    self._optimizer = optimizers.make_optimizer(
-      "adam",
-      cfg.learning_rate,
-      epsilon=cfg.optimizer_epsilon,
-      max_grad_norm=cfg.max_grad_norm,
-      variables=self._online.trainable_variables,
+    self._optimizer = learning.adam(
+      cfg, cfg.learning_rate, self._online.trainable_variables
     )
     self._step_counter = optimizers.learner_step_counter()
     self._epsilons = exploration.per_env_epsilons(
@@ -373,27 +362,10 @@ class R2D2Agent(Agent):
     optimizer, step_counter = self._optimizer, self._step_counter
 
     @tf.function(input_signature=signature)
-    def train_fn(
-      observation,
-      prev_action,
-      action,
-      reward,
-      terminated,
-      truncated,
-      bootstrap_value,
-      core_state,
-      weights,
-    ):
-      seq = loss_lib.Sequences(
-        observation,
-        prev_action,
-        action,
-        reward,
-        terminated,
-        truncated,
-        bootstrap_value,
-        core_state,
-      )
+    def train_fn(*args):
+      """One update on the fields of loss_lib.Sequences, then weights [B];
+      -> loss, priorities [B], metrics."""
+      seq, weights = loss_lib.Sequences(*args[:-1]), args[-1]
       variables = online.trainable_variables
       with tf.GradientTape() as tape:
         loss, priorities, metrics = loss_lib.r2d2_loss(
@@ -408,15 +380,9 @@ class R2D2Agent(Agent):
           rescaling_epsilon=cfg.value_rescaling_epsilon,
         )
       gradients = tape.gradient(loss, variables)
-      metrics.update(diagnostics.gradient_norms(gradients, variables))
-      optimizer.apply_gradients(zip(gradients, variables))
-      metrics["opt/learning_rate"] = tf.convert_to_tensor(
-        optimizer.learning_rate
+      learning.apply_update(
+        optimizer, gradients, variables, metrics, step_counter
       )
-      metrics["errors/nonfinite_updates"] = tf.cast(
-        optimizer.nonfinite_updates, tf.float32
-      )
-      step_counter.assign_add(1)
       return loss, priorities, metrics
 
     return train_fn

@@ -64,6 +64,9 @@ def r2d2_loss(
 ) -> Tuple[tf.Tensor, tf.Tensor, Dict[str, tf.Tensor]]:
   """The importance-weighted n-step double-Q loss of a batch of sequences.
 
+  Kept in one piece: burn-in, unroll, targets, TD errors and priorities are
+  one pass over the sequence, read top to bottom.
+
   Learning steps are t in [burn_in, T - n_step]; each sequence's loss is
   0.5 * sum_t delta_t^2 over them (SEED RL's r2d2 learner sums over time),
   weighted by its importance weight and averaged over the batch.

@@ -39,6 +39,17 @@ def n_step_targets(
 ) -> tf.Tensor:
   """Rescaled n-step targets for steps 0 .. T - n - 1 of a sequence.
 
+  The same episode-end rules as DQN's n-step returns
+  (seed_rl.common.transitions.nstep_transitions), in another form on
+  purpose: DQN sums the rewards once, in NumPy (float64) when it cuts
+  unrolls into independent transitions for replay, and bootstraps at
+  training time from Q at a stored next observation; R2D2 replays whole
+  sequences through the LSTM, so the bootstrap Q of every window comes out
+  of the training step's own unroll, and the sums here run in the graph in
+  the rescaled space of h (h^-1 of each bootstrap value, h of the target)
+  and also give the insert-time priorities from behaviour values. The
+  double-Q bootstrap itself is shared (seed_rl.common.q_learning).
+
   Args:
     reward: float [T, B] raw reward of the transition into step t (float32,
       or float64 for exact comparisons; the value inputs match its dtype).

@@ -28,7 +28,6 @@ from seed_rl.agents import off_policy
 from seed_rl.agents.sac import loss as loss_lib
 from seed_rl.agents.sac import networks
 from seed_rl.agents.sac.config import SACConfig
-from seed_rl.common import diagnostics
 from seed_rl.common import target_network
 from seed_rl.common.specs import ArraySpec
 
@@ -52,6 +51,37 @@ class SACAgent(off_policy.OffPolicyAgent):
       if cfg.target_entropy is not None
       else -float(self.action_size)
     )
+    self._build_networks()
+    self._log_alpha = tf.Variable(
+      math.log(cfg.initial_temperature),
+      dtype=tf.float32,
+      trainable=cfg.learn_temperature,
+      name="log_alpha",
+    )
+
+    self._critic_optimizer = self._adam(
+      cfg.learning_rate, self._critic_variables
+    )
+    self._actor_optimizer = self._adam(
+      cfg.policy_learning_rate, self._policy.trainable_variables
+    )
+    # CleanRL and softlearning step the temperature at the critics' rate.
+    self._alpha_optimizer = self._adam(cfg.learning_rate, [self._log_alpha])
+    self._optimizers = (
+      self._critic_optimizer,
+      self._actor_optimizer,
+      self._alpha_optimizer,
+    )
+    self._init_replay(num_envs)
+    self._act_fn = self._make_act_fn()
+    self._train_fns = {
+      True: self._make_train_fn(cfg.policy_delay),
+      False: self._make_train_fn(0),
+    }
+
+  def _build_networks(self) -> None:
+    """The policy, the twin critics and their targets (equal at start)."""
+    cfg, observation_spec = self.config, self.observation_spec
     self._policy = networks.GaussianPolicy(
       cfg.torso,
       self.action_size,
@@ -80,32 +110,6 @@ class SACAgent(off_policy.OffPolicyAgent):
       v for c in self._target_critics for v in c.trainable_variables
     ]
     target_network.hard_update(self._critic_variables, self._target_variables)
-    self._log_alpha = tf.Variable(
-      math.log(cfg.initial_temperature),
-      dtype=tf.float32,
-      trainable=cfg.learn_temperature,
-      name="log_alpha",
-    )
-
-    self._critic_optimizer = self._adam(
-      cfg.learning_rate, self._critic_variables
-    )
-    self._actor_optimizer = self._adam(
-      cfg.policy_learning_rate, self._policy.trainable_variables
-    )
-    # CleanRL and softlearning step the temperature at the critics' rate.
-    self._alpha_optimizer = self._adam(cfg.learning_rate, [self._log_alpha])
-    self._optimizers = (
-      self._critic_optimizer,
-      self._actor_optimizer,
-      self._alpha_optimizer,
-    )
-    self._init_replay(num_envs)
-    self._act_fn = self._make_act_fn()
-    self._train_fns = {
-      True: self._make_train_fn(cfg.policy_delay),
-      False: self._make_train_fn(0),
-    }
 
   # ---- Agent API ---------------------------------------------------------
 
@@ -134,17 +138,10 @@ class SACAgent(off_policy.OffPolicyAgent):
   # ---- compiled functions ------------------------------------------------
 
   def _make_act_fn(self):
-    obs_spec = self.observation_spec
     policy, (critic_1, critic_2) = self._policy, self._critics
     generator, log_alpha = self._act_generator, self._log_alpha
 
-    @tf.function(
-      input_signature=[
-        tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype),
-        tf.TensorSpec([None], tf.bool),
-        tf.TensorSpec([], tf.bool),
-      ]
-    )
+    @tf.function(input_signature=self._act_signature())
     def act_fn(observation, eval_mask, random_phase):
       """-> action [B, A] in [-1, 1], soft value [B]."""
       mean, log_std = policy(observation)
@@ -158,9 +155,9 @@ class SACAgent(off_policy.OffPolicyAgent):
         )
         - tf.exp(log_alpha) * log_prob
       )
-      uniform = generator.uniform(tf.shape(mean), -1.0, 1.0)
-      explore = tf.where(random_phase, uniform, sampled)
-      action = tf.where(eval_mask[:, None], tf.tanh(mean), explore)
+      action = self._behaviour_action(
+        tf.tanh(mean), sampled, random_phase, eval_mask
+      )
       return action, value
 
     return act_fn
@@ -169,108 +166,86 @@ class SACAgent(off_policy.OffPolicyAgent):
     """One learner step: critics, then `actor_updates` policy (and
     temperature) updates on the same batch, then the target critics."""
     cfg = self.config
-    obs_spec, b, a = self.observation_spec, cfg.batch_size, self.action_size
-    obs_signature = tf.TensorSpec((b,) + obs_spec.shape, obs_spec.dtype)
-    policy, (critic_1, critic_2) = self._policy, self._critics
-    target_1, target_2 = self._target_critics
-    critic_variables = self._critic_variables
     policy_variables = self._policy.trainable_variables
-    log_alpha, generator = self._log_alpha, self._train_generator
-    target_entropy = self.target_entropy
 
-    @tf.function(
-      input_signature=[
-        obs_signature,
-        tf.TensorSpec([b, a], tf.float32),
-        tf.TensorSpec([b], tf.float32),
-        tf.TensorSpec([b], tf.float32),
-        obs_signature,
-      ]
-    )
+    @tf.function(input_signature=self._train_signature())
     def train_fn(observation, action, returns, discount, next_observation):
-      alpha = tf.exp(log_alpha)
-      next_mean, next_log_std = policy(next_observation)
-      next_action, next_log_prob = loss_lib.sample_action(
-        next_mean, next_log_std, generator.normal([b, a])
+      alpha = tf.exp(self._log_alpha)
+      target = self._soft_q_target(returns, discount, next_observation, alpha)
+      critic_grads, metrics = self._critic_update(
+        observation,
+        action,
+        target,
+        lambda q, y: loss_lib.critic_loss(q[0], q[1], y),
       )
-      target = loss_lib.soft_q_target(
-        returns,
-        discount,
-        target_1(next_observation, next_action),
-        target_2(next_observation, next_action),
-        next_log_prob,
-        alpha,
-      )
-      with tf.GradientTape() as tape:
-        q1 = critic_1(observation, action)
-        q2 = critic_2(observation, action)
-        critic_loss = loss_lib.critic_loss(q1, q2, target)
-      critic_grads = tape.gradient(critic_loss, critic_variables)
-      self._critic_optimizer.apply_gradients(
-        zip(critic_grads, critic_variables)
-      )
-      total_loss = critic_loss
-      metrics = {
-        "loss/critic": critic_loss,
-        "q/mean": tf.reduce_mean(0.5 * (q1 + q2)),
-        "q/target_mean": tf.reduce_mean(target),
-        "q/td_error": tf.reduce_mean(
-          0.5 * (tf.abs(target - q1) + tf.abs(target - q2))
-        ),
-      }
-      grads, variables = list(critic_grads), list(critic_variables)
+      total_loss = metrics["loss/critic"]
+      grads, variables = critic_grads, list(self._critic_variables)
       for _ in range(actor_updates):
-        with tf.GradientTape() as tape:
-          mean, log_std = policy(observation)
-          new_action, log_prob = loss_lib.sample_action(
-            mean, log_std, generator.normal([b, a])
-          )
-          actor_loss = loss_lib.policy_loss(
-            critic_1(observation, new_action),
-            critic_2(observation, new_action),
-            log_prob,
-            alpha,
-          )
-        actor_grads = tape.gradient(actor_loss, policy_variables)
-        self._actor_optimizer.apply_gradients(
-          zip(actor_grads, policy_variables)
-        )
-        with tf.GradientTape() as tape:
-          temperature_loss = loss_lib.temperature_loss(
-            log_alpha, log_prob, target_entropy
-          )
-        if cfg.learn_temperature:
-          alpha_grads = tape.gradient(temperature_loss, [log_alpha])
-          self._alpha_optimizer.apply_gradients(zip(alpha_grads, [log_alpha]))
-          alpha = tf.exp(log_alpha)
-        metrics["loss/actor"] = actor_loss
-        metrics["loss/temperature"] = temperature_loss
-        metrics["policy/entropy"] = -tf.reduce_mean(log_prob)
+        actor_grads, alpha = self._actor_update(observation, alpha, metrics)
       if actor_updates:
         total_loss += metrics["loss/actor"] + metrics["loss/temperature"]
-        grads += list(actor_grads)
+        grads += actor_grads
         variables += list(policy_variables)
       target_network.soft_update(
         self._critic_variables, self._target_variables, cfg.tau
       )
-      self._step_counter.assign_add(1)
-      metrics.update(diagnostics.gradient_norms(grads, variables))
-      metrics.update(
-        {
-          "loss/total": total_loss,
-          "sac/temperature": tf.exp(log_alpha),
-          "opt/learning_rate": tf.convert_to_tensor(
-            self._critic_optimizer.learning_rate
-          ),
-          "errors/nonfinite_updates": tf.cast(
-            tf.add_n([o.nonfinite_updates for o in self._optimizers]),
-            tf.float32,
-          ),
-        }
-      )
-      return metrics
+      metrics["sac/temperature"] = tf.exp(self._log_alpha)
+      return self._finish_train_step(metrics, total_loss, grads, variables)
 
     return train_fn
+
+  def _soft_q_target(self, returns, discount, next_observation, alpha):
+    """y [B] = R + d (min_j Q'_j(s', a') - alpha log pi(a'|s')), a' ~ pi."""
+    b, a = self.config.batch_size, self.action_size
+    target_1, target_2 = self._target_critics
+    next_mean, next_log_std = self._policy(next_observation)
+    next_action, next_log_prob = loss_lib.sample_action(
+      next_mean, next_log_std, self._train_generator.normal([b, a])
+    )
+    return loss_lib.soft_q_target(
+      returns,
+      discount,
+      target_1(next_observation, next_action),
+      target_2(next_observation, next_action),
+      next_log_prob,
+      alpha,
+    )
+
+  def _actor_update(self, observation, alpha, metrics):
+    """One policy step and (learn_temperature) one temperature step.
+
+    Adds 'loss/actor', 'loss/temperature' and 'policy/entropy' to
+    `metrics`; returns the policy's gradients and alpha after the step.
+    """
+    cfg, b, a = self.config, self.config.batch_size, self.action_size
+    policy, (critic_1, critic_2) = self._policy, self._critics
+    policy_variables = policy.trainable_variables
+    log_alpha = self._log_alpha
+    with tf.GradientTape() as tape:
+      mean, log_std = policy(observation)
+      new_action, log_prob = loss_lib.sample_action(
+        mean, log_std, self._train_generator.normal([b, a])
+      )
+      actor_loss = loss_lib.policy_loss(
+        critic_1(observation, new_action),
+        critic_2(observation, new_action),
+        log_prob,
+        alpha,
+      )
+    actor_grads = tape.gradient(actor_loss, policy_variables)
+    self._actor_optimizer.apply_gradients(zip(actor_grads, policy_variables))
+    with tf.GradientTape() as tape:
+      temperature_loss = loss_lib.temperature_loss(
+        log_alpha, log_prob, self.target_entropy
+      )
+    if cfg.learn_temperature:
+      alpha_grads = tape.gradient(temperature_loss, [log_alpha])
+      self._alpha_optimizer.apply_gradients(zip(alpha_grads, [log_alpha]))
+      alpha = tf.exp(log_alpha)
+    metrics["loss/actor"] = actor_loss
+    metrics["loss/temperature"] = temperature_loss
+    metrics["policy/entropy"] = -tf.reduce_mean(log_prob)
+    return list(actor_grads), alpha
 
 
 def create_agent(

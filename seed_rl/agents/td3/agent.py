@@ -26,7 +26,6 @@ from seed_rl.agents import off_policy
 from seed_rl.agents.td3 import loss as loss_lib
 from seed_rl.agents.td3 import networks
 from seed_rl.agents.td3.config import TD3Config
-from seed_rl.common import diagnostics
 from seed_rl.common import target_network
 from seed_rl.common.specs import ArraySpec
 
@@ -86,6 +85,7 @@ class TD3Agent(off_policy.OffPolicyAgent):
     self._actor_optimizer = self._adam(
       cfg.policy_learning_rate, self._actor.trainable_variables
     )
+    self._optimizers = (self._critic_optimizer, self._actor_optimizer)
     self._init_replay(num_envs)
     self._act_fn = self._make_act_fn()
     self._train_fns = {
@@ -127,17 +127,11 @@ class TD3Agent(off_policy.OffPolicyAgent):
     return q
 
   def _make_act_fn(self):
-    obs_spec, cfg = self.observation_spec, self.config
+    cfg = self.config
     actor, critics = self._actor, self._critics
     generator = self._act_generator
 
-    @tf.function(
-      input_signature=[
-        tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype),
-        tf.TensorSpec([None], tf.bool),
-        tf.TensorSpec([], tf.bool),
-      ]
-    )
+    @tf.function(input_signature=self._act_signature())
     def act_fn(observation, eval_mask, random_phase):
       """-> action [B, A] in [-1, 1], value [B]."""
       mu = actor(observation)
@@ -145,9 +139,7 @@ class TD3Agent(off_policy.OffPolicyAgent):
       noisy = loss_lib.exploration_action(
         mu, generator.normal(tf.shape(mu)), cfg.exploration_noise
       )
-      uniform = generator.uniform(tf.shape(mu), -1.0, 1.0)
-      explore = tf.where(random_phase, uniform, noisy)
-      return tf.where(eval_mask[:, None], mu, explore), value
+      return self._behaviour_action(mu, noisy, random_phase, eval_mask), value
 
     return act_fn
 
@@ -155,23 +147,13 @@ class TD3Agent(off_policy.OffPolicyAgent):
     """One learner step: the critics, then (update_actor) the actor and the
     Polyak averaging of every target network."""
     cfg = self.config
-    obs_spec, b, a = self.observation_spec, cfg.batch_size, self.action_size
-    obs_signature = tf.TensorSpec((b,) + obs_spec.shape, obs_spec.dtype)
+    b, a = cfg.batch_size, self.action_size
     actor, target_actor = self._actor, self._target_actor
     critics, target_critics = self._critics, self._target_critics
-    critic_variables = self._critic_variables
     actor_variables = self._actor.trainable_variables
     generator = self._train_generator
 
-    @tf.function(
-      input_signature=[
-        obs_signature,
-        tf.TensorSpec([b, a], tf.float32),
-        tf.TensorSpec([b], tf.float32),
-        tf.TensorSpec([b], tf.float32),
-        obs_signature,
-      ]
-    )
+    @tf.function(input_signature=self._train_signature())
     def train_fn(observation, action, returns, discount, next_observation):
       next_action = loss_lib.smoothed_target_action(
         target_actor(next_observation),
@@ -181,24 +163,14 @@ class TD3Agent(off_policy.OffPolicyAgent):
       )
       next_q = [t(next_observation, next_action) for t in target_critics]
       target = loss_lib.td3_target(returns, discount, *next_q)
-      with tf.GradientTape() as tape:
-        q = [c(observation, action) for c in critics]
-        critic_loss = loss_lib.critic_loss(q[0], target, *q[1:])
-      critic_grads = tape.gradient(critic_loss, critic_variables)
-      self._critic_optimizer.apply_gradients(
-        zip(critic_grads, critic_variables)
+      critic_grads, metrics = self._critic_update(
+        observation,
+        action,
+        target,
+        lambda q, y: loss_lib.critic_loss(q[0], y, *q[1:]),
       )
-      q_mean = tf.add_n(q) / len(q)
-      metrics = {
-        "loss/critic": critic_loss,
-        "q/mean": tf.reduce_mean(q_mean),
-        "q/target_mean": tf.reduce_mean(target),
-        "q/td_error": tf.reduce_mean(
-          tf.add_n([tf.abs(target - qj) for qj in q]) / len(q)
-        ),
-      }
-      total_loss = critic_loss
-      grads, variables = list(critic_grads), list(critic_variables)
+      total_loss = metrics["loss/critic"]
+      grads, variables = critic_grads, list(self._critic_variables)
       if update_actor:
         with tf.GradientTape() as tape:
           actor_loss = loss_lib.actor_loss(
@@ -213,22 +185,7 @@ class TD3Agent(off_policy.OffPolicyAgent):
         total_loss += actor_loss
         grads += list(actor_grads)
         variables += list(actor_variables)
-      self._step_counter.assign_add(1)
-      metrics.update(diagnostics.gradient_norms(grads, variables))
-      metrics.update(
-        {
-          "loss/total": total_loss,
-          "opt/learning_rate": tf.convert_to_tensor(
-            self._critic_optimizer.learning_rate
-          ),
-          "errors/nonfinite_updates": tf.cast(
-            self._critic_optimizer.nonfinite_updates
-            + self._actor_optimizer.nonfinite_updates,
-            tf.float32,
-          ),
-        }
-      )
-      return metrics
+      return self._finish_train_step(metrics, total_loss, grads, variables)
 
     return train_fn
 

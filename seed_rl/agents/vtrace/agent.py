@@ -3,29 +3,30 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
 
+from seed_rl.agents import learning
+from seed_rl.agents import multi_device
+from seed_rl.agents import on_policy
 from seed_rl.agents.vtrace import loss as loss_lib
 from seed_rl.agents.vtrace import networks
 from seed_rl.agents.vtrace.config import VtraceConfig
 from seed_rl.common import agent_api
 from seed_rl.common import devices
-from seed_rl.common import diagnostics
 from seed_rl.common import distributions
 from seed_rl.common import optimizers
-from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
+from seed_rl.common.agent_api import ActInputs, ActOutputs, Unroll
 from seed_rl.common.specs import ArraySpec
-from seed_rl.common.unroll_queue import UnrollQueue
 
 # Name of the behaviour distribution parameters in ActOutputs.extras and
 # Unroll.extras (categorical logits; mean and log std for a Gaussian).
 BEHAVIOUR_PARAMS = "logits"
 
 # Trains on several devices when LearnerConfig.training_devices is set (see
-# seed_rl/common/devices.py and _make_distributed_train_fn).
+# seed_rl/common/devices.py and seed_rl/agents/multi_device.py).
 SUPPORTS_TRAINING_DEVICES = True
 
 
@@ -43,10 +44,8 @@ def policy_distribution(
   )
 
 
-class VtraceAgent(Agent):
+class VtraceAgent(on_policy.QueueAgent):
   """IMPALA actor-critic trained with V-trace on a bounded unroll queue."""
-
-  unroll_overlap = 1
 
   def __init__(
     self,
@@ -82,9 +81,7 @@ class VtraceAgent(Agent):
     self._shuffle_rng = np.random.default_rng(
       int(self._generator.uniform_full_int([], tf.int64)) % 2**32
     )
-    self._queue = UnrollQueue(
-      self.config.queue_capacity, self.config.batch_size
-    )
+    self._init_queue(self.config.queue_capacity, self.config.batch_size)
     # Per-array core state shape after [B]; [] when feed-forward.
     self._core_state_shapes = [
       tuple(s.shape[1:]) for s in self._network.initial_state(1)
@@ -108,29 +105,14 @@ class VtraceAgent(Agent):
       self._network, self.observation_spec, self.action_spec
     )
     self._step_counter = optimizers.learner_step_counter()
-    self._optimizer = optimizers.make_optimizer(
-      self.config.optimizer,
-      optimizers.learning_rate_schedule(
-        self.config.learning_rate,
-        decay_steps=(
-          self.config.total_learner_steps
-          if self.config.lr_schedule == "linear"
-          else None
-        ),
-      ),
-      epsilon=self.config.optimizer_epsilon,
-      max_grad_norm=self.config.max_grad_norm,
-      rmsprop_decay=self.config.rmsprop_decay,
+    self._optimizer = learning.scheduled_optimizer(
+      self.config,
+      self._network.trainable_variables,
+      self._step_counter,
       momentum=self.config.rmsprop_momentum,
-      variables=self._network.trainable_variables,
-      clock=self._step_counter,
     )
 
   # ---- Agent API ---------------------------------------------------------
-
-  @property
-  def step_counter(self) -> tf.Variable:
-    return self._step_counter
 
   @property
   def network(self) -> networks.ActorCriticNetwork:
@@ -176,13 +158,10 @@ class VtraceAgent(Agent):
     self._queue.put(unrolls)
 
   def train_step(self) -> Mapping[str, float]:
-    batch = self._queue.get_batch()
-    if batch is None:
+    taken = self._next_batch()
+    if taken is None:
       return {}
-    policy_lag = agent_api.policy_lag(
-      self._step_counter.numpy(), batch.policy_version
-    )
-
+    batch, policy_lag = taken
     cfg = self.config
     time_major = agent_api.time_major
     # [T+1, B, ...] time-major arrays, then [B, ...] core states.
@@ -220,22 +199,11 @@ class VtraceAgent(Agent):
         for name, value in metrics.items():
           sums[name] = sums.get(name, 0.0) + float(value)
         updates += 1
-    result = {name: value / updates for name, value in sums.items()}
-    result["perf/policy_lag"] = policy_lag
-    result[agent_api.SAMPLES_METRIC] = float(
-      cfg.unroll_length * cfg.batch_size * cfg.num_epochs
+    return on_policy.step_result(
+      {name: value / updates for name, value in sums.items()},
+      policy_lag,
+      cfg.unroll_length * cfg.batch_size * cfg.num_epochs,
     )
-    return result
-
-  def checkpoint_objects(self) -> Dict[str, Any]:
-    return {
-      "network": self._network,
-      "optimizer": self._optimizer,
-      "step": self._step_counter,
-    }
-
-  def stop(self) -> None:
-    self._queue.stop()
 
   # ---- compiled functions ------------------------------------------------
 
@@ -270,19 +238,21 @@ class VtraceAgent(Agent):
           observation, prev_action, reward, done, core_state
         )
         # Unbounded policies: the env action is the raw action.
-        sampled, _ = distribution.sample(params, generator)
-        greedy, _ = distribution.mode(params)
-        mask = tf.reshape(eval_mask, [-1] + [1] * (sampled.shape.rank - 1))
-        action = tf.where(mask, greedy, sampled)
+        action, _ = learning.sample_actions(
+          distribution, params, generator, eval_mask
+        )
         return action, value, params, new_state
 
     return act_fn
 
-  def _make_train_fn(self):
+  def _train_signature(self):
+    """A minibatch of B' = batch_size / num_minibatches unrolls: time-major
+    [T+1, B'] observation, prev_action, action, reward, terminated,
+    truncated, bootstrap_value and behaviour params, then the core state."""
     cfg = self.config
     obs_spec, act_spec = self.observation_spec, self.action_spec
     t1, b = cfg.unroll_length + 1, cfg.batch_size // cfg.num_minibatches
-    signature = [
+    return [
       tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
       tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
       tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
@@ -293,6 +263,9 @@ class VtraceAgent(Agent):
       tf.TensorSpec([t1, b, self._distribution.num_params], tf.float32),
       self._state_spec(b),
     ]
+
+  def _make_train_fn(self):
+    cfg = self.config
     network, distribution = self._network, self._distribution
 
     def loss_and_gradients(
@@ -332,98 +305,17 @@ class VtraceAgent(Agent):
         )
       return tape.gradient(total, variables), metrics
 
-    if self._placement.strategy is not None:
-      return self._make_distributed_train_fn(signature, loss_and_gradients)
-    optimizer, step_counter = self._optimizer, self._step_counter
-
-    @tf.function(input_signature=signature)
-    def train_fn(*args):
-      variables = network.trainable_variables
-      gradients, metrics = loss_and_gradients(*args)
-      metrics.update(diagnostics.gradient_norms(gradients, variables))
-      optimizer.apply_gradients(zip(gradients, variables))
-      metrics["opt/learning_rate"] = tf.convert_to_tensor(
-        optimizer.learning_rate
-      )
-      metrics["errors/nonfinite_updates"] = tf.cast(
-        optimizer.nonfinite_updates, tf.float32
-      )
-      step_counter.assign_add(1)
-      return metrics
-
-    return train_fn
-
-  def _make_distributed_train_fn(self, signature, loss_and_gradients):
-    """The training step on every LearnerConfig.training_devices device.
-
-    Data parallel under a tf.distribute.MirroredStrategy: the [T+1, B] batch
-    (and the [B] start core states) is split along B into equal shards, one
-    per device (B % devices == 0 is checked when the agent is built); each
-    device runs `loss_and_gradients` on its shard with its copy of the
-    weights (strategy.run). The losses are means over each shard, so the
-    MEAN all-reduce of the shard gradients (batch_reduce_to, NCCL on GPUs)
-    is exactly the gradient of the mean loss over the whole batch, up to
-    float32 summation order. The fused optimizer is then applied once, in
-    cross-replica context, updating every device's copy through
-    `strategy.extended.update` (Optimizer.apply_gradients). Metrics are the
-    mean over shards: equal to the single-device values for the means
-    (losses, entropy, rho, value and advantage means), and advantage/std
-    is merged from the shards' first and second moments; only
-    value/explained_variance is an average of the shards' values. grad/*
-    norms are those of the all-reduced gradient.
-    """
     strategy = self._placement.strategy
-    assert strategy is not None
-    n = strategy.num_replicas_in_sync
-    network = self._network
-    optimizer, step_counter = self._optimizer, self._step_counter
-    mean = tf.distribute.ReduceOp.MEAN
-    std, adv_mean = "advantage/std", "advantage/mean"
-
-    def replica_step(*shard_args):
-      gradients, metrics = loss_and_gradients(*shard_args)
-      # The shard's second moment: the MEAN reduce then merges exactly.
-      metrics[std] = tf.square(metrics[std]) + tf.square(metrics[adv_mean])
-      return gradients, metrics
-
-    @tf.function(input_signature=signature)
-    def train_fn(*args):
-      *arrays, core_state = args
-
-      def shard(context):
-        i = context.replica_id_in_sync_group
-        return tuple(tf.split(x, n, axis=1)[i] for x in arrays) + (
-          tuple(tf.split(s, n, axis=0)[i] for s in core_state),
-        )
-
-      with strategy.scope():
-        shards = strategy.experimental_distribute_values_from_function(shard)
-        gradients, replica_metrics = strategy.run(replica_step, args=shards)
-        variables = network.trainable_variables
-        mirrored = [optimizers.tf_variable(v) for v in variables]
-        gradients = strategy.extended.batch_reduce_to(
-          mean, list(zip(gradients, mirrored))
-        )
-        metrics = {
-          name: strategy.reduce(mean, value, axis=None)
-          for name, value in replica_metrics.items()
-        }
-        metrics[std] = tf.sqrt(
-          tf.maximum(metrics[std] - tf.square(metrics[adv_mean]), 0.0)
-        )
-        first = [strategy.experimental_local_results(g)[0] for g in gradients]
-        metrics.update(diagnostics.gradient_norms(first, variables))
-        optimizer.apply_gradients(zip(gradients, variables))
-        metrics["opt/learning_rate"] = tf.convert_to_tensor(
-          optimizer.learning_rate
-        )
-        metrics["errors/nonfinite_updates"] = tf.cast(
-          optimizer.nonfinite_updates, tf.float32
-        )
-        step_counter.assign_add(1)
-      return metrics
-
-    return train_fn
+    compile_args = (
+      self._train_signature(),
+      loss_and_gradients,
+      network,
+      self._optimizer,
+      self._step_counter,
+    )
+    if strategy is not None:
+      return multi_device.compile_train_fn(strategy, *compile_args)
+    return learning.compile_train_fn(*compile_args)
 
 
 def create_agent(

@@ -12,8 +12,8 @@ from typing import Dict, Tuple
 
 import tensorflow as tf
 
+from seed_rl.agents import learning
 from seed_rl.agents.vtrace import vtrace
-from seed_rl.common import diagnostics
 
 
 def transition_inputs(
@@ -88,6 +88,9 @@ def impala_loss(
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """Computes the IMPALA loss over one batch of unrolls.
 
+  Kept in one piece: importance weights, V-trace targets and the three loss
+  terms read top to bottom in the paper's order (section 4.2).
+
   Args:
     distribution: object with `log_prob(params, action)` and `entropy(params)`
       (an ActionDistribution of seed_rl.common.distributions).
@@ -135,25 +138,14 @@ def impala_loss(
   policy_loss = -tf.reduce_mean(target_log_prob * pg_advantages)
   value_loss = value_cost * 0.5 * tf.reduce_mean(tf.square(vs - values))
   entropy = tf.reduce_mean(distribution.entropy(params_t))
-  entropy_loss = -entropy_cost * entropy
-  total = policy_loss + value_loss + entropy_loss
+  total, metrics = learning.actor_critic_total(
+    policy_loss, value_loss, entropy, entropy_cost
+  )
 
   rhos = tf.exp(log_rhos)
-  metrics = {
-    "loss/policy": policy_loss,
-    "loss/value": value_loss,
-    "loss/entropy": entropy_loss,
-    "loss/total": total,
-    "policy/entropy": entropy,
-    "vtrace/rho_mean": tf.reduce_mean(rhos),
-    "vtrace/rho_clipped_fraction": tf.reduce_mean(
-      tf.cast(rhos > clip_rho_threshold, tf.float32)
-    ),
-    "value/mean": tf.reduce_mean(values),
-    "value/target_mean": tf.reduce_mean(vs),
-    "value/explained_variance": diagnostics.explained_variance(
-      tf.stop_gradient(values), vs
-    ),
-    **diagnostics.advantage_stats(pg_advantages),
-  }
+  metrics["vtrace/rho_mean"] = tf.reduce_mean(rhos)
+  metrics["vtrace/rho_clipped_fraction"] = tf.reduce_mean(
+    tf.cast(rhos > clip_rho_threshold, tf.float32)
+  )
+  metrics.update(learning.value_metrics(values, vs, pg_advantages))
   return total, metrics

@@ -72,35 +72,19 @@ def vtrace_targets(
       - V(x_t)).
     Both carry no gradient.
   """
-  for threshold_name, threshold in (
-    ("clip_rho_threshold", clip_rho_threshold),
-    ("clip_c_threshold", clip_c_threshold),
-    ("clip_pg_rho_threshold", clip_pg_rho_threshold),
-  ):
-    if not threshold > 0:
-      raise ValueError(
-        f"vtrace_targets: {threshold_name} must be > 0 (a "
-        f"non-positive clip zeroes every update), got "
-        f"{threshold}"
-      )
+  _check_thresholds(clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold)
   values = tf.convert_to_tensor(values, tf.float32)
-  tensors = {}
-  for name, tensor in (
-    ("log_rhos", log_rhos),
-    ("discounts", discounts),
-    ("rewards", rewards),
-    ("next_values", next_values),
-    ("trace_mask", trace_mask),
-  ):
-    tensor = tf.convert_to_tensor(tensor, tf.float32)
-    check_time_major("vtrace_targets", name, tensor, values)
-    tensors[name] = tensor
+  log_rhos, discounts, rewards, next_values, trace_mask = (
+    _time_major_float32(name, tensor, values)
+    for name, tensor in (
+      ("log_rhos", log_rhos),
+      ("discounts", discounts),
+      ("rewards", rewards),
+      ("next_values", next_values),
+      ("trace_mask", trace_mask),
+    )
+  )
   check_time_major("vtrace_targets", "values", values, values)
-  log_rhos = tensors["log_rhos"]
-  discounts = tensors["discounts"]
-  rewards = tensors["rewards"]
-  next_values = tensors["next_values"]
-  trace_mask = tensors["trace_mask"]
 
   rhos = tf.exp(log_rhos)
   clipped_rhos = tf.minimum(clip_rho_threshold, rhos)
@@ -126,3 +110,22 @@ def vtrace_targets(
   clipped_pg_rhos = tf.minimum(clip_pg_rho_threshold, rhos)
   pg_advantages = clipped_pg_rhos * (rewards + discounts * vs_tp1 - values)
   return tf.stop_gradient(vs), tf.stop_gradient(pg_advantages)
+
+
+def _check_thresholds(*thresholds: float) -> None:
+  """Raises ValueError unless rho_bar, c_bar and the pg rho_bar are > 0."""
+  names = ("clip_rho_threshold", "clip_c_threshold", "clip_pg_rho_threshold")
+  for name, threshold in zip(names, thresholds):
+    if not threshold > 0:
+      raise ValueError(
+        f"vtrace_targets: {name} must be > 0 (a "
+        f"non-positive clip zeroes every update), got "
+        f"{threshold}"
+      )
+
+
+def _time_major_float32(name: str, tensor, values: tf.Tensor) -> tf.Tensor:
+  """`tensor` as float32, checked to be [T, B] like `values`."""
+  tensor = tf.convert_to_tensor(tensor, tf.float32)
+  check_time_major("vtrace_targets", name, tensor, values)
+  return tensor

@@ -1,0 +1,239 @@
+"""Training plumbing every agent shares (TensorFlow; learner only).
+
+What surrounds each algorithm's own loss, written once: building the
+optimizer a config describes, applying one update and reporting what every
+agent reports for it (grad/*, opt/learning_rate, errors/nonfinite_updates,
+then one more learner step), the single-device compiled training step,
+acting greedily on evaluation rows, the action-spec check of the
+discrete-action agents, and the sums that make up an actor-critic loss with
+its metrics. The algorithms' maths stays in each
+agent's loss module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from seed_rl.common import diagnostics
+from seed_rl.common import distributions
+from seed_rl.common import optimizers
+from seed_rl.common.specs import ArraySpec
+
+Metrics = Dict[str, tf.Tensor]
+# (*train_fn args) -> (gradients, one per trainable variable, metrics).
+LossAndGradients = Callable[..., Tuple[Sequence[tf.Tensor], Metrics]]
+
+
+# ---- optimizers --------------------------------------------------------------
+
+
+def scheduled_optimizer(
+  config: Any,
+  variables: Sequence[tf.Variable],
+  clock: tf.Variable,
+  momentum: float = 0.0,
+) -> optimizers.Optimizer:
+  """The optimizer of an actor-critic config (A2C, V-trace, ACER).
+
+  Reads config.optimizer ('adam' or 'rmsprop'), learning_rate (decayed
+  linearly to 0 over total_learner_steps when lr_schedule == 'linear'),
+  optimizer_epsilon, max_grad_norm and rmsprop_decay. `clock` is the
+  learner step counter that drives the schedule.
+  """
+  cfg = config
+  linear = cfg.lr_schedule == "linear"
+  return optimizers.make_optimizer(
+    cfg.optimizer,
+    optimizers.learning_rate_schedule(
+      cfg.learning_rate,
+      decay_steps=cfg.total_learner_steps if linear else None,
+    ),
+    epsilon=cfg.optimizer_epsilon,
+    max_grad_norm=cfg.max_grad_norm,
+    rmsprop_decay=cfg.rmsprop_decay,
+    momentum=momentum,
+    variables=variables,
+    clock=clock,
+  )
+
+
+def adam(
+  config: Any, learning_rate: Any, variables: Sequence[tf.Variable]
+) -> optimizers.Optimizer:
+  """Adam at `learning_rate` with config.optimizer_epsilon and
+  config.max_grad_norm (PPO, DQN, R2D2, SAC, TD3)."""
+  return optimizers.make_optimizer(
+    "adam",
+    learning_rate,
+    epsilon=config.optimizer_epsilon,
+    max_grad_norm=config.max_grad_norm,
+    variables=variables,
+  )
+
+
+# ---- one update --------------------------------------------------------------
+
+
+def finish_update(
+  metrics: Metrics,
+  step_counter: tf.Variable,
+  optimizers_used: Sequence[optimizers.Optimizer],
+) -> Metrics:
+  """Adds 'opt/learning_rate' (the first optimizer's, as applied) and
+  'errors/nonfinite_updates' (updates skipped so far by all of them) to
+  `metrics`, then counts one learner step. Call after every update."""
+  metrics["opt/learning_rate"] = tf.convert_to_tensor(
+    optimizers_used[0].learning_rate
+  )
+  metrics["errors/nonfinite_updates"] = tf.cast(
+    tf.add_n([o.nonfinite_updates for o in optimizers_used]), tf.float32
+  )
+  step_counter.assign_add(1)
+  return metrics
+
+
+def apply_update(
+  optimizer: optimizers.Optimizer,
+  gradients: Sequence[tf.Tensor],
+  variables: Sequence[tf.Variable],
+  metrics: Metrics,
+  step_counter: Optional[tf.Variable] = None,
+  norm_gradients: Optional[Sequence[tf.Tensor]] = None,
+) -> Metrics:
+  """One optimizer step with its metrics; returns `metrics` completed.
+
+  Adds grad/norm, grad/norm_torso and grad/norm_head (of `norm_gradients`,
+  default `gradients`: a multi-device step passes one device's copy of the
+  all-reduced gradients) and applies the gradients. With `step_counter`
+  the step is a learner step: then `finish_update`. Without it (PPO's
+  minibatch steps) the caller accounts for the learner step.
+  """
+  if norm_gradients is None:
+    norm_gradients = gradients
+  metrics.update(diagnostics.gradient_norms(norm_gradients, variables))
+  optimizer.apply_gradients(zip(gradients, variables))
+  if step_counter is None:
+    return metrics
+  return finish_update(metrics, step_counter, [optimizer])
+
+
+def compile_train_fn(
+  signature: Sequence[Any],
+  loss_and_gradients: LossAndGradients,
+  network: Any,
+  optimizer: optimizers.Optimizer,
+  step_counter: tf.Variable,
+) -> Callable[..., Metrics]:
+  """The single-device training step: `loss_and_gradients(*args)` for the
+  trainable variables of `network`, then `apply_update`; one compiled graph
+  call with `signature` (seed_rl.agents.multi_device splits the same step
+  over several devices)."""
+
+  @tf.function(input_signature=signature)
+  def train_fn(*args):
+    gradients, metrics = loss_and_gradients(*args)
+    variables = network.trainable_variables
+    return apply_update(optimizer, gradients, variables, metrics, step_counter)
+
+  return train_fn
+
+
+# ---- acting ------------------------------------------------------------------
+
+
+def where_eval(
+  eval_mask: tf.Tensor, greedy: tf.Tensor, sampled: tf.Tensor
+) -> tf.Tensor:
+  """greedy[i] where eval_mask[i] (bool [B]), else sampled[i]; [B, ...]."""
+  mask = tf.reshape(eval_mask, [-1] + [1] * (sampled.shape.rank - 1))
+  return tf.where(mask, greedy, sampled)
+
+
+def sample_actions(
+  distribution: distributions.ActionDistribution,
+  params: tf.Tensor,
+  generator: tf.random.Generator,
+  eval_mask: tf.Tensor,
+) -> Tuple[tf.Tensor, tf.Tensor]:
+  """A sample of the policy for training rows, its mode for evaluation rows.
+
+  Args:
+    distribution: the policy family of `params`.
+    params: [B, P] policy parameters.
+    generator: draws the samples.
+    eval_mask: bool [B] evaluation rows (greedy).
+
+  Returns:
+    The env action [B, ...] and the raw action [B, ...] (the Gaussian
+    sample before clip / tanh; the action itself for a Categorical).
+  """
+  sampled, sampled_raw = distribution.sample(params, generator)
+  greedy, greedy_raw = distribution.mode(params)
+  return (
+    where_eval(eval_mask, greedy, sampled),
+    where_eval(eval_mask, greedy_raw, sampled_raw),
+  )
+
+
+def num_discrete_actions(action_spec: ArraySpec, agent: str) -> int:
+  """The number of actions of a scalar discrete spec (DQN, R2D2).
+
+  Raises:
+    ValueError: naming `agent`, for any other spec.
+  """
+  if not action_spec.is_discrete or action_spec.shape != ():
+    raise ValueError(
+      f"{agent} needs a scalar discrete action spec (num_values "
+      f"set, shape ()), got shape {list(action_spec.shape)} "
+      f"num_values {action_spec.num_values}"
+    )
+  assert action_spec.num_values is not None  # is_discrete
+  return int(action_spec.num_values)
+
+
+# ---- actor-critic losses -----------------------------------------------------
+
+
+def actor_critic_total(
+  policy_loss: tf.Tensor,
+  value_loss: tf.Tensor,
+  entropy: tf.Tensor,
+  entropy_cost: float,
+) -> Tuple[tf.Tensor, Metrics]:
+  """total = policy_loss + value_loss - entropy_cost * entropy.
+
+  Args:
+    policy_loss, value_loss: scalar weighted terms.
+    entropy: scalar mean entropy of the policy.
+    entropy_cost: weight of the entropy bonus.
+
+  Returns:
+    total and 'loss/{total,policy,value,entropy}' (the weighted terms),
+    'policy/entropy'.
+  """
+  entropy_loss = -entropy_cost * entropy
+  total = policy_loss + value_loss + entropy_loss
+  return total, {
+    "loss/total": total,
+    "loss/policy": policy_loss,
+    "loss/value": value_loss,
+    "loss/entropy": entropy_loss,
+    "policy/entropy": tf.stop_gradient(entropy),
+  }
+
+
+def value_metrics(
+  values: tf.Tensor, targets: tf.Tensor, advantages: tf.Tensor
+) -> Metrics:
+  """'value/mean', 'value/target_mean', 'value/explained_variance' of
+  values against their targets, and 'advantage/{mean,std}' (any shape)."""
+  return {
+    "value/mean": tf.reduce_mean(values),
+    "value/target_mean": tf.reduce_mean(targets),
+    "value/explained_variance": diagnostics.explained_variance(
+      tf.stop_gradient(values), targets
+    ),
+    **diagnostics.advantage_stats(advantages),
+  }
