@@ -124,6 +124,9 @@ def system_rate(setup, seconds: float, bindings=()):
     str(seconds),
     "--actor_stats_dir",
     stats_dir,
+    # The learner's CPU seconds per thread role and steady-state rates
+    # (result.json's 'cpu_s' and 'steady_state').
+    "--profile",
     "--gin_bindings",
     "LearnerConfig.stop_at_target = False",
   ]
@@ -166,7 +169,7 @@ def _window_delta(versions, window_s: float):
   return {k: last[k] - first[k] for k in last}
 
 
-def main(argv=None) -> int:
+def _parse_args(argv) -> argparse.Namespace:
   p = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )
@@ -196,7 +199,11 @@ def main(argv=None) -> int:
     action="store_true",
     help="skip the random-policy runs (ratio omitted)",
   )
-  args = p.parse_args(argv)
+  return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = _parse_args(argv)
   for name, setup in SETUPS.items():
     if args.only and name not in args.only:
       continue
@@ -215,7 +222,6 @@ def main(argv=None) -> int:
     )
     steady = result.get("steady_state", {})
     system = steady.get("env_steps_per_s", 0.0)
-    busy = [a["env_s"] + a["learner_wait_s"] for a in actors]
     out = {
       "setup": name,
       "env": setup["env"],
@@ -227,38 +233,51 @@ def main(argv=None) -> int:
       "system_env_steps_per_s": system,
       "ratio_system_to_random": round(system / max(random_rate, 1e-9), 3),
       "learner_steps_per_s": steady.get("learner_steps_per_s"),
-      "learner_cores": {
-        "process": steady.get("cores/process"),
-        "inference_thread": steady.get("cores/inference"),
-        "of_which_act": steady.get("cores/act"),
-        "training_thread": steady.get("cores/training"),
-        "grpc_and_tf_pools": (
-          round(
-            steady["cores/process"]
-            - steady["cores/inference"]
-            - steady["cores/training"],
-            3,
-          )
-          if "cores/process" in steady
-          else None
-        ),
-      },
-      "actor_time_share": {
-        "env": round(sum(a["env_s"] for a in actors) / max(sum(busy), 1e-9), 3),
-        "waiting_for_learner_incl_grpc": round(
-          sum(a["learner_wait_s"] for a in actors) / max(sum(busy), 1e-9), 3
-        ),
-      },
-      # CPU seconds per wall second of all actor processes over (about)
-      # the learner's window.
-      "actor_cores": round(
-        sum(a["cpu_s"] / max(a["seconds"], 1e-9) for a in actors), 3
-      ),
+      "learner_cores": _learner_cores(steady),
+      **_actor_figures(actors),
       "window_s": steady.get("window_s"),
       "gin_bindings": args.gin_bindings,
     }
     print(json.dumps(out), flush=True)
   return 0
+
+
+def _learner_cores(steady):
+  """CPU cores per learner thread role over the steady-state window."""
+  return {
+    "process": steady.get("cores/process"),
+    "inference_thread": steady.get("cores/inference"),
+    "of_which_act": steady.get("cores/act"),
+    "training_thread": steady.get("cores/training"),
+    "grpc_and_tf_pools": (
+      round(
+        steady["cores/process"]
+        - steady["cores/inference"]
+        - steady["cores/training"],
+        3,
+      )
+      if "cores/process" in steady
+      else None
+    ),
+  }
+
+
+def _actor_figures(actors):
+  """Where the actors' time went and the cores they used (their stats over
+  about the learner's window)."""
+  busy = max(sum(a["env_s"] + a["learner_wait_s"] for a in actors), 1e-9)
+  return {
+    "actor_time_share": {
+      "env": round(sum(a["env_s"] for a in actors) / busy, 3),
+      "waiting_for_learner_incl_grpc": round(
+        sum(a["learner_wait_s"] for a in actors) / busy, 3
+      ),
+    },
+    # CPU seconds per wall second of all actor processes.
+    "actor_cores": round(
+      sum(a["cpu_s"] / max(a["seconds"], 1e-9) for a in actors), 3
+    ),
+  }
 
 
 if __name__ == "__main__":

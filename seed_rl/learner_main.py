@@ -13,13 +13,28 @@ import signal
 import sys
 import threading
 import time
+from typing import Any, Tuple
 
 from seed_rl import gin_utils
 from seed_rl import registry
+from seed_rl.common import profiling
 from seed_rl.grpc import security
+
+# LearnerConfig fields a flag of the same name overrides.
+_STOP_FLAGS = (
+  "target_return",
+  "max_env_steps",
+  "max_learner_steps",
+  "max_seconds",
+)
+
+
+class _SetupError(Exception):
+  """A mistake in the flags or the configuration: one message, exit 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+  """The learner's flags (the run; serving, in `_add_server_flags`)."""
   p = argparse.ArgumentParser(
     prog="python -m seed_rl.learner_main", description=__doc__
   )
@@ -43,6 +58,34 @@ def build_parser() -> argparse.ArgumentParser:
     default=None,
     help="default: runs/<env>-<agent>; resumes if it holds checkpoints",
   )
+  _add_server_flags(p)
+  p.add_argument(
+    "--gin_config",
+    action="append",
+    default=[],
+    help="extra gin files, after seed_rl/<env>/gin/<agent>.gin",
+  )
+  p.add_argument(
+    "--gin_bindings",
+    action="append",
+    default=[],
+    help="e.g. 'VtraceConfig.learning_rate = 1e-3'",
+  )
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--target_return", type=float, default=None)
+  p.add_argument("--max_env_steps", type=int, default=None)
+  p.add_argument("--max_learner_steps", type=int, default=None)
+  p.add_argument("--max_seconds", type=float, default=None)
+  p.add_argument(
+    "--profile",
+    action="store_true",
+    help="also write CPU seconds per thread role ('cpu_s') and steady-state "
+    "rates ('steady_state') to result.json (benchmarks/throughput.py)",
+  )
+  return p
+
+
+def _add_server_flags(p: argparse.ArgumentParser) -> None:
   p.add_argument(
     "--server_address",
     default="localhost:8686",
@@ -67,59 +110,70 @@ def build_parser() -> argparse.ArgumentParser:
     help="serve a non-loopback address without TLS or token "
     "(trusted networks only; every progress line says so)",
   )
-  p.add_argument(
-    "--gin_config",
-    action="append",
-    default=[],
-    help="extra gin files, after seed_rl/<env>/gin/<agent>.gin",
-  )
-  p.add_argument(
-    "--gin_bindings",
-    action="append",
-    default=[],
-    help="e.g. 'VtraceConfig.learning_rate = 1e-3'",
-  )
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--target_return", type=float, default=None)
-  p.add_argument("--max_env_steps", type=int, default=None)
-  p.add_argument("--max_learner_steps", type=int, default=None)
-  p.add_argument("--max_seconds", type=float, default=None)
-  return p
+
+
+@dataclasses.dataclass
+class _Run:
+  """What the checked flags and gin configuration built."""
+
+  config: Any  # LearnerConfig (its module loads with TensorFlow)
+  agent: Any  # agent_api.Agent
+  observation_spec: Any  # ArraySpec of the wire (before frame stacking)
+  action_spec: Any
+  num_train_envs: int
+  num_envs: int
+  logdir: str
 
 
 def main(argv=None) -> int:
+  """Builds the learner from the flags, serves actors until a stop
+  condition and writes result.json; the exit code (2: a setup mistake)."""
   args = build_parser().parse_args(argv)
   try:
-    registry.check_pair(args.env, args.agent)
-  except ValueError as e:
+    server_security = _check_args(args)
+    # See scripts/setup_env.sh.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    run = _build(args)
+  except _SetupError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  checkpointer = _open_logdir(args, run)
+  profiler = _profiler(args.profile)
+  learner = _learner(run, checkpointer, profiler)
+  if not security.is_loopback(args.server_address) and not (
+    server_security.tls and server_security.token
+  ):
+    learner.banner = f"INSECURE: {args.server_address} without TLS and token"
+  started = time.monotonic()
+  reason = _serve(args, run, learner, server_security)
+  gin_utils.write_operative_config(run.logdir)
+  _write_result(run.logdir, reason, learner, profiler)
+  _log_summary(run, learner, checkpointer, reason, time.monotonic() - started)
+  return 0
+
+
+def _check_args(args: argparse.Namespace) -> security.ServerSecurity:
+  """Checks the flags before anything slow loads; the server's security."""
   try:
+    registry.check_pair(args.env, args.agent)
     server_security = security.ServerSecurity(
       args.tls_cert, args.tls_key, security.read_token(args.token_file)
     )
     server_security.check_address(args.server_address, args.insecure)
     server_security.credentials()  # unreadable files fail now, not later
   except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    raise _SetupError(e) from e
   if args.num_actors < 1 or args.envs_per_actor < 1:
-    print(
-      "error: --num_actors and --envs_per_actor must be >= 1", file=sys.stderr
-    )
-    return 2
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # see scripts/setup_env.sh
+    raise _SetupError("--num_actors and --envs_per_actor must be >= 1")
+  return server_security
+
+
+def _build(args: argparse.Namespace) -> _Run:
+  """Parses gin, seeds TensorFlow, probes the env's specs, creates the agent."""
   # TensorFlow and the agent modules load only now (slow imports).
   import importlib  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import devices  # pylint: disable=g-import-not-at-top
   from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import saved_run  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.checkpoints import Checkpointer  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.env_state import stacked_observation_spec  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc.server import LearnerServer  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc.validation import ValueLimits  # pylint: disable=g-import-not-at-top
 
   env_module = registry.env_module(args.env)
   agent_module = registry.agent_module(args.agent)
@@ -132,43 +186,64 @@ def main(argv=None) -> int:
     )
     config = learner_lib.LearnerConfig()
   except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    raise _SetupError(e) from e
   overrides = {
-    k: getattr(args, k)
-    for k in (
-      "target_return",
-      "max_env_steps",
-      "max_learner_steps",
-      "max_seconds",
-    )
-    if getattr(args, k) is not None
+    k: getattr(args, k) for k in _STOP_FLAGS if getattr(args, k) is not None
   }
   config = dataclasses.replace(config, **overrides)
-
   learner_lib.configure_tf_threads(config)
   tf.random.set_seed(args.seed)
-  try:
-    probe = env_module.create_environment(num_envs=1, seed=args.seed)
-  except Exception as e:  # pylint: disable=broad-except
-    print(
-      f"error: cannot create the environment: {type(e).__name__}: {e}",
-      file=sys.stderr,
-    )
-    if os.environ.get("SEED_RL_DEBUG"):
-      raise
-    return 2
-  observation_spec, action_spec = probe.observation_spec, probe.action_spec
-  probe.close()
+  observation_spec, action_spec = _probe_specs(env_module, args.seed)
   num_train_envs = args.num_actors * args.envs_per_actor
-  num_envs = num_train_envs + args.num_eval_actors * args.envs_per_actor
+  agent = _create_agent(
+    args.agent,
+    agent_module,
+    config,
+    observation_spec,
+    action_spec,
+    num_train_envs,
+  )
+  return _Run(
+    config,
+    agent,
+    observation_spec,
+    action_spec,
+    num_train_envs,
+    num_train_envs + args.num_eval_actors * args.envs_per_actor,
+    args.logdir or os.path.join("runs", f"{args.env}-{args.agent}"),
+  )
+
+
+def _probe_specs(env_module, seed: int) -> Tuple[Any, Any]:
+  """The (observation, action) specs of one env of the domain."""
+  try:
+    probe = env_module.create_environment(num_envs=1, seed=seed)
+  except Exception as e:  # pylint: disable=broad-except
+    message = f"cannot create the environment: {type(e).__name__}: {e}"
+    if os.environ.get("SEED_RL_DEBUG"):
+      print(f"error: {message}", file=sys.stderr)
+      raise
+    raise _SetupError(message) from e
+  specs = probe.observation_spec, probe.action_spec
+  probe.close()
+  return specs
+
+
+def _create_agent(
+  name, agent_module, config, observation_spec, action_spec, num_train_envs
+):
+  """The agent, placed on the configured devices."""
+  from seed_rl.common import devices  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
+  from seed_rl.common.env_state import stacked_observation_spec  # pylint: disable=g-import-not-at-top
+
   try:
     if config.training_devices and not getattr(
       agent_module, devices.SUPPORTED_AGENTS_ATTR, False
     ):
       raise ValueError(
         f"LearnerConfig.training_devices is not supported by the "
-        f"'{args.agent}' agent (only vtrace trains on several devices); "
+        f"'{name}' agent (only vtrace trains on several devices); "
         "unset it to train on one device"
       )
     placement = devices.resolve(
@@ -176,73 +251,105 @@ def main(argv=None) -> int:
     )
     metrics.log(f"[learner] {placement.describe()}")
     with devices.use(placement):
-      agent = agent_module.create_agent(
+      return agent_module.create_agent(
         stacked_observation_spec(observation_spec, config.frame_stack),
         action_spec,
         num_train_envs,
       )
   except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    raise _SetupError(e) from e
 
-  logdir = args.logdir or os.path.join("runs", f"{args.env}-{args.agent}")
+
+def _open_logdir(args: argparse.Namespace, run: _Run):
+  """Restores the newest checkpoint of the logdir, if any, and writes what
+  seed_rl.evaluate / seed_rl.export rebuild the run from; the Checkpointer."""
+  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import saved_run  # pylint: disable=g-import-not-at-top
+  from seed_rl.common.checkpoints import Checkpointer  # pylint: disable=g-import-not-at-top
+
   checkpointer = Checkpointer(
-    os.path.join(logdir, "checkpoints"), agent.checkpoint_objects()
+    os.path.join(run.logdir, "checkpoints"), run.agent.checkpoint_objects()
   )
   restored = checkpointer.restore()
   if restored:
     metrics.log(
       f"[learner] resumed from {restored}: learner step "
-      f"{int(agent.step_counter.numpy())}, env steps "
+      f"{int(run.agent.step_counter.numpy())}, env steps "
       f"{checkpointer.env_steps:,d} (use another --logdir to start "
       "fresh)"
     )
-  gin_utils.write_operative_config(logdir)
-  # What seed_rl.evaluate / seed_rl.export rebuild the agent from.
+  gin_utils.write_operative_config(run.logdir)
   saved_run.write_run_spec(
-    logdir,
+    run.logdir,
     args.env,
     args.agent,
-    num_train_envs,
-    num_envs - num_train_envs,
+    run.num_train_envs,
+    run.num_envs - run.num_train_envs,
     args.seed,
     args.gin_config,
     args.gin_bindings,
   )
-  writer = metrics.SummaryWriter(logdir)
-  learner = learner_lib.Learner(
-    agent,
-    observation_spec,
-    action_spec,
-    num_train_envs,
-    num_envs - num_train_envs,
-    config,
+  return checkpointer
+
+
+def _profiler(enabled: bool) -> profiling.Profiler:
+  """A real profiler only when asked (--profile); the no-op one otherwise."""
+  if not enabled:
+    return profiling.NULL_PROFILER
+  from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
+
+  return profiling.Profiler(learner_lib.PROFILED_SECTIONS)
+
+
+def _learner(run: _Run, checkpointer, profiler: profiling.Profiler):
+  from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
+
+  return learner_lib.Learner(
+    run.agent,
+    run.observation_spec,
+    run.action_spec,
+    run.num_train_envs,
+    run.num_envs - run.num_train_envs,
+    run.config,
     checkpointer,
-    writer,
+    metrics.SummaryWriter(run.logdir),
+    profiler=profiler,
   )
-  if not security.is_loopback(args.server_address) and not (
-    server_security.tls and server_security.token
-  ):
-    learner.banner = f"INSECURE: {args.server_address} without TLS and token"
+
+
+def _serve(
+  args: argparse.Namespace, run: _Run, learner, server_security
+) -> str:
+  """Serves the actors until the learner stops (a stop condition, Ctrl-C,
+  SIGTERM); returns why it stopped."""
+  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
+  from seed_rl.grpc.server import LearnerServer  # pylint: disable=g-import-not-at-top
+  from seed_rl.grpc.validation import ValueLimits  # pylint: disable=g-import-not-at-top
+
   server = LearnerServer(
     args.server_address,
-    observation_spec,
-    action_spec,
-    num_envs,
+    run.observation_spec,
+    run.action_spec,
+    run.num_envs,
     learner,
     security=server_security,
-    limits=ValueLimits(config.max_abs_reward, config.max_abs_observation),
+    limits=ValueLimits(
+      run.config.max_abs_reward, run.config.max_abs_observation
+    ),
     # One Step stream per actor holds a worker for its lifetime; twice the
     # actors leaves room for restarts overlapping their old stream and
     # Hellos (was a fixed 64: a 64th actor was refused).
     max_workers=2 * (args.num_actors + args.num_eval_actors) + 16,
   )
   port = server.start()
+  evals = (
+    f" + {args.num_eval_actors} eval actors" if args.num_eval_actors else ""
+  )
   metrics.log(
-    f"[learner] {args.env}/{args.agent}: serving {num_envs} envs "
-    f"({args.num_actors} actors x {args.envs_per_actor}"
-    f"{f' + {args.num_eval_actors} eval actors' if args.num_eval_actors else ''})"
-    f" on port {port}; logdir {logdir}"
+    f"[learner] {args.env}/{args.agent}: serving {run.num_envs} envs "
+    f"({args.num_actors} actors x {args.envs_per_actor}{evals})"
+    f" on port {port}; logdir {run.logdir}"
   )
   stop = threading.Event()
 
@@ -254,32 +361,34 @@ def main(argv=None) -> int:
 
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, on_signal)
-  started = time.monotonic()
   try:
     reason = learner.run(stop)
     if learner.finished:
       time.sleep(1.0)  # every stepping actor hears "finished" meanwhile
   finally:
     server.stop(0)
-  gin_utils.write_operative_config(logdir)
-  _write_result(logdir, reason, learner, config)
+  return reason
+
+
+def _log_summary(run: _Run, learner, checkpointer, reason, seconds) -> None:
+  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
+
   fmt = lambda r: "n/a" if r is None else f"{r:.1f}"
   metrics.log(
-    f"[learner] finished ({reason}) after {time.monotonic() - started:.0f} s"
+    f"[learner] finished ({reason}) after {seconds:.0f} s"
     f", {learner.env_steps:,d} env steps, "
-    f"{int(agent.step_counter.numpy()):,d} learner steps; mean return of "
+    f"{int(run.agent.step_counter.numpy()):,d} learner steps; mean return of "
     f"the last 100 episodes: best {fmt(learner.best_return)}, final "
     f"{fmt(learner.episodes.recent_mean())}\n[learner] checkpoint in "
-    f"{checkpointer.directory}; curves: tensorboard --logdir {logdir}; "
-    f"score or watch it: python -m seed_rl.evaluate --logdir {logdir}"
+    f"{checkpointer.directory}; curves: tensorboard --logdir {run.logdir}; "
+    f"score or watch it: python -m seed_rl.evaluate --logdir {run.logdir}"
   )
-  return 0
 
 
-def _write_result(logdir, reason, learner, config) -> None:
-  """`<logdir>/result.json`: how the run ended (read by benchmarks)."""
+def _write_result(logdir, reason, learner, profiler) -> None:
+  """`<logdir>/result.json`: how the run ended (read by benchmarks); with
+  --profile also the profiler's 'cpu_s' and 'steady_state'."""
   import json  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
 
   recent = learner.episodes.recent_mean()
   result = {
@@ -292,14 +401,8 @@ def _write_result(logdir, reason, learner, config) -> None:
     # below it again before shutdown).
     "solved": learner.solved_at_s is not None,
     "solved_at_s": learner.solved_at_s,
-    # TF's own threads run ops for both roles; thread_time counts only the
-    # Python thread that called in, so 'process' is the honest total.
-    "cpu_s": {
-      **{k: round(v, 2) for k, v in learner.cpu_seconds.items()},
-      "process": round(time.process_time(), 2),
-    },
     "batches": learner.batches_run,
-    "steady_state": metrics.steady_state(learner.ticks),
+    **profiler.summary(),
   }
   tmp = os.path.join(logdir, ".result.json.tmp")
   with open(tmp, "w") as f:

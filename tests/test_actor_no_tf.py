@@ -38,6 +38,7 @@ TF_FREE_RUNTIME = tuple(
     "frames",
     "learner",
     "metrics",
+    "profiling",
     "replay",
     "schedules",
     "specs",

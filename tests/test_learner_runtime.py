@@ -4,10 +4,12 @@ The agent here is a deterministic NumPy recorder written for this test, so
 every stored field can be checked exactly; end-to-end tests use real agents.
 """
 
+import threading
+
 import numpy as np
 
 from seed_rl.common.agent_api import ActOutputs, Agent
-from seed_rl.common.learner import Learner, LearnerConfig
+from seed_rl.common.learner import PROFILED_SECTIONS, Learner, LearnerConfig
 from seed_rl.common.specs import ArraySpec, StepBatch
 
 
@@ -216,3 +218,31 @@ def test_packed_four_frame_stack_matches_the_generic_stack():
     for row, e in enumerate(ids):
       history[e] = history[e][1:] + [frames[row]]
       np.testing.assert_array_equal(out[row], np.stack(history[e], -1))
+
+
+def test_profiler_counts_sections_and_ticks_only_when_given():
+  from seed_rl.common import profiling  # pylint: disable=g-import-not-at-top
+
+  learner, _ = _learner()
+  assert learner.profiler is profiling.NULL_PROFILER  # the default: nothing
+  learner.shutdown()
+  obs_spec = ArraySpec((2,), "float32")
+  act_spec = ArraySpec((), "int32", num_values=2)
+  profiler = profiling.Profiler(PROFILED_SECTIONS)
+  learner = Learner(
+    RecordingAgent(obs_spec, act_spec, 2),
+    obs_spec,
+    act_spec,
+    2,
+    profiler=profiler,
+  )
+  for _ in range(3):
+    learner._infer([_batch([0, 1], [5, 6], [[1, 1], [2, 2]])])
+  cpu = profiler.cpu_seconds
+  assert cpu["inference"] >= cpu["act"] > 0.0
+  stop = threading.Event()
+  stop.set()
+  assert learner.run(stop) == "stopped"  # reports once on the way out
+  (tick,) = profiler.ticks
+  assert tick["env_steps"] == 6 and "training_cpu_s" in tick
+  assert set(profiler.summary()) == {"cpu_s", "steady_state"}

@@ -8,9 +8,7 @@ and receives the next actions for all K envs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -20,6 +18,7 @@ import numpy as np
 from seed_rl.actors.watchdog import StepWatchdog
 from seed_rl.actors.batched_env import BatchedEnv
 from seed_rl.actors.batched_env import EpisodeTracker
+from seed_rl.common import profiling
 from seed_rl.common.specs import ArraySpec
 from seed_rl.common.specs import StepBatch
 from seed_rl.grpc.client import ActorClient
@@ -174,17 +173,10 @@ def _loop(
   stats_path: Optional[str],
   watchdog: StepWatchdog,
 ) -> ActorSummary:
+  """Steps the envs with the learner's actions until `max_steps` or
+  `stop_event`; every iteration sends the outcome of the previous actions."""
   k = env.num_envs
-  first_env_id = int(client.first_env_id)
-  if first_env_id != actor_id * k:
-    logging.warning(
-      "actor %d: learner assigned env ids from %d, expected %d "
-      "(env seeds assume the latter)",
-      actor_id,
-      first_env_id,
-      actor_id * k,
-    )
-  env_ids = np.arange(first_env_id, first_env_id + k, dtype=np.int32)
+  env_ids = _env_ids(client, actor_id, k)
   # From OS entropy, not the run seed: a restarted actor must get new ids so
   # the learner resets the state of these envs.
   run_ids = np.random.default_rng().integers(
@@ -194,90 +186,118 @@ def _loop(
     dtype=np.int64,
     endpoint=True,
   )
-  observation = env.reset()
-  reward = np.zeros(k, np.float32)
-  terminated = np.zeros(k, bool)
-  truncated = np.zeros(k, bool)
-  final_observation = env.observation_spec.zeros(0)
-  episode_return = np.zeros(0, np.float32)
-  episode_length = np.zeros(0, np.int32)
+  batch = StepBatch(
+    env_ids=env_ids,
+    run_ids=run_ids,
+    reward=np.zeros(k, np.float32),
+    terminated=np.zeros(k, bool),
+    truncated=np.zeros(k, bool),
+    observation=env.reset(),
+    final_observation=env.observation_spec.zeros(0),
+    episode_return=np.zeros(0, np.float32),
+    episode_length=np.zeros(0, np.int32),
+  )
   tracker = EpisodeTracker(k)
-
-  steps = episodes = 0
-  return_sum = env_s = learner_s = 0.0
-  start = last_log_time = time.monotonic()
-  last_log_steps = 0
-  while max_steps is None or steps < max_steps:
+  stats = _Throughput(actor_id, k, log_interval_s, stats_path)
+  while max_steps is None or stats.steps < max_steps:
     if stop_event is not None and stop_event.is_set():
       break
-    batch = StepBatch(
-      env_ids=env_ids,
-      run_ids=run_ids,
-      reward=reward,
-      terminated=terminated,
-      truncated=truncated,
-      observation=observation,
-      final_observation=final_observation,
-      episode_return=episode_return,
-      episode_length=episode_length,
-    )
     t0 = time.perf_counter()
     actions = client.step(batch)
     t1 = time.perf_counter()
     check_actions(actions, env.action_spec, k)
     with watchdog.step():
       result = env.step(actions)
-    learner_s += t1 - t0
-    env_s += time.perf_counter() - t1
-    steps += 1
+    env_s = time.perf_counter() - t1
     episode_return, episode_length = tracker.update(
       result.reward, result.terminated, result.truncated
     )
-    episodes += episode_return.size
-    return_sum += float(episode_return.sum())
-    observation, reward = result.observation, result.reward
-    terminated, truncated = result.terminated, result.truncated
-    final_observation = result.final_observation
+    stats.add_step(t1 - t0, env_s, episode_return)
+    batch = StepBatch(
+      env_ids=env_ids,
+      run_ids=run_ids,
+      reward=result.reward,
+      terminated=result.terminated,
+      truncated=result.truncated,
+      observation=result.observation,
+      final_observation=result.final_observation,
+      episode_return=episode_return,
+      episode_length=episode_length,
+    )
+  return stats.summary()
 
+
+def _env_ids(client, actor_id: int, k: int) -> np.ndarray:
+  """int32 [K]: the global env ids the learner assigned to this actor."""
+  first_env_id = int(client.first_env_id)
+  if first_env_id != actor_id * k:
+    logging.warning(
+      "actor %d: learner assigned env ids from %d, expected %d "
+      "(env seeds assume the latter)",
+      actor_id,
+      first_env_id,
+      actor_id * k,
+    )
+  return np.arange(first_env_id, first_env_id + k, dtype=np.int32)
+
+
+class _Throughput:
+  """An actor loop's totals, logged (and written to the stats file, if any)
+  every `log_interval_s` seconds."""
+
+  def __init__(
+    self,
+    actor_id: int,
+    num_envs: int,
+    log_interval_s: float,
+    stats_path: Optional[str],
+  ):
+    self.actor_id, self.num_envs = actor_id, num_envs
+    self.log_interval_s = log_interval_s
+    self.stats_file = profiling.ActorStatsWriter(stats_path)
+    self.steps = self.episodes = 0
+    self.return_sum = self.env_s = self.learner_s = 0.0
+    self.start = self.last_log_time = time.monotonic()
+    self.last_log_steps = 0
+
+  def add_step(
+    self, learner_s: float, env_s: float, episode_return: np.ndarray
+  ) -> None:
+    """One batched step: seconds waiting for actions and stepping envs, and
+    the returns of the episodes it finished."""
+    self.learner_s += learner_s
+    self.env_s += env_s
+    self.steps += 1
+    self.episodes += episode_return.size
+    self.return_sum += float(episode_return.sum())
     now = time.monotonic()
-    if now - last_log_time >= log_interval_s:
-      rate = (steps - last_log_steps) * k / (now - last_log_time)
-      busy = max(env_s + learner_s, 1e-9)
-      logging.info(
-        "actor %d: %.0f env steps/s (env %.0f%%, waiting for the "
-        "learner %.0f%%), %d episodes, mean return %.2f",
-        actor_id,
-        rate,
-        100 * env_s / busy,
-        100 * learner_s / busy,
-        episodes,
-        return_sum / max(episodes, 1),
-      )
-      last_log_time, last_log_steps = now, steps
-      if stats_path:
-        _write_stats(stats_path, steps * k, now - start, env_s, learner_s)
-  return ActorSummary(
-    steps=steps,
-    env_steps=steps * k,
-    episodes=episodes,
-    mean_return=(return_sum / episodes if episodes else float("nan")),
-    env_seconds=env_s,
-    learner_seconds=learner_s,
-  )
+    if now - self.last_log_time >= self.log_interval_s:
+      self._log(now)
 
+  def _log(self, now: float) -> None:
+    k, env_s, learner_s = self.num_envs, self.env_s, self.learner_s
+    rate = (self.steps - self.last_log_steps) * k / (now - self.last_log_time)
+    busy = max(env_s + learner_s, 1e-9)
+    logging.info(
+      "actor %d: %.0f env steps/s (env %.0f%%, waiting for the "
+      "learner %.0f%%), %d episodes, mean return %.2f",
+      self.actor_id,
+      rate,
+      100 * env_s / busy,
+      100 * learner_s / busy,
+      self.episodes,
+      self.return_sum / max(self.episodes, 1),
+    )
+    self.last_log_time, self.last_log_steps = now, self.steps
+    self.stats_file.write(self.steps * k, now - self.start, env_s, learner_s)
 
-def _write_stats(
-  path: str, env_steps: int, seconds: float, env_s: float, learner_s: float
-) -> None:
-  """Atomically writes throughput stats (read by benchmarks/throughput.py)."""
-  stats = {
-    "env_steps": env_steps,
-    "seconds": round(seconds, 3),
-    "env_s": round(env_s, 3),
-    "learner_wait_s": round(learner_s, 3),
-    "cpu_s": round(time.process_time(), 3),
-  }
-  tmp = f"{path}.tmp"
-  with open(tmp, "w") as f:
-    json.dump(stats, f)
-  os.replace(tmp, path)
+  def summary(self) -> ActorSummary:
+    episodes = self.episodes
+    return ActorSummary(
+      steps=self.steps,
+      env_steps=self.steps * self.num_envs,
+      episodes=episodes,
+      mean_return=(self.return_sum / episodes if episodes else float("nan")),
+      env_seconds=self.env_s,
+      learner_seconds=self.learner_s,
+    )

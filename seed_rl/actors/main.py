@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 import traceback
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import gin
 
@@ -58,10 +58,33 @@ class _Stopped(BaseException):
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+  """The actor's flags, checked; cluster placeholders ($CLUSTER_SPEC)
+  resolved to this replica's actor id and the learner's address."""
   parser = argparse.ArgumentParser(
     prog="python -m seed_rl.actors.main",
     description="SEED RL actor: steps envs, the learner picks actions.",
   )
+  _add_placement_flags(parser)
+  _add_connection_flags(parser)
+  _add_run_flags(parser)
+  args = parser.parse_args(argv)
+  try:
+    registry.check_env(args.env)
+    args.actor_id = cluster_spec.resolve_actor_id(args.actor_id)
+    args.server_address = cluster_spec.resolve_server_address(
+      args.server_address
+    )
+  except ValueError as e:
+    parser.error(str(e))
+  if args.num_envs < 1:
+    parser.error(f"--num_envs must be >= 1, got {args.num_envs}")
+  if args.actor_id < 0:
+    parser.error(f"--actor_id must be >= 0, got {args.actor_id}")
+  return args
+
+
+def _add_placement_flags(parser: argparse.ArgumentParser) -> None:
+  """Which envs this actor steps and where its learner is."""
   parser.add_argument(
     "--env",
     required=True,
@@ -83,6 +106,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     f"'{cluster_spec.FROM_CLUSTER_SPEC}:PORT': PORT on the host of worker "
     "pool 0 in $CLUSTER_SPEC (Vertex AI)",
   )
+
+
+def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
+  """Time limits, TLS and the token."""
   parser.add_argument(
     "--env_step_timeout_s",
     type=float,
@@ -114,6 +141,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     default=None,
     help="file holding the learner's token (default: $SEED_RL_TOKEN)",
   )
+
+
+def _add_run_flags(parser: argparse.ArgumentParser) -> None:
+  """Seeds, gin configuration, length and logging of the run."""
   parser.add_argument(
     "--seed",
     type=int,
@@ -144,23 +175,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     default=None,
     help="write throughput stats (JSON) here every --log_interval_s seconds",
   )
-  args = parser.parse_args(argv)
-  try:
-    registry.check_env(args.env)
-    args.actor_id = cluster_spec.resolve_actor_id(args.actor_id)
-    args.server_address = cluster_spec.resolve_server_address(
-      args.server_address
-    )
-  except ValueError as e:
-    parser.error(str(e))
-  if args.num_envs < 1:
-    parser.error(f"--num_envs must be >= 1, got {args.num_envs}")
-  if args.actor_id < 0:
-    parser.error(f"--actor_id must be >= 0, got {args.actor_id}")
-  return args
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+  """Runs one actor until it is stopped or fails; the exit code (0, or one
+  of the EXIT_* codes above)."""
   args = parse_args(argv)
   logging.basicConfig(
     level=logging.INFO, format="%(asctime)s actor %(process)d %(message)s"
@@ -172,28 +191,9 @@ def main(argv: Optional[List[str]] = None) -> int:
   except ValueError as e:
     print(f"actor {args.actor_id}: {e}", file=sys.stderr)
     return EXIT_FATAL
-  # The domain's module registers its gin configurables before parsing;
-  # the registry is the learner's, so a domain added there works here too.
-  create_environment = registry.env_module(args.env).create_environment
-  gin.parse_config_files_and_bindings(
-    args.gin_config, args.gin_bindings, skip_unknown=True
-  )
-  if "tensorflow" in sys.modules:
-    logging.warning(
-      "a gin config imported tensorflow into the actor; keep "
-      "agent imports out of configs that actors parse"
-    )
+  create_environment = _configure(args)
   stop_event = threading.Event()
-
-  def on_signal(signum, frame):
-    del frame
-    if not stop_event.is_set():  # a second signal must not break the cleanup
-      stop_event.set()
-      raise _Stopped(signal.Signals(signum).name)
-
-  previous = {
-    s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)
-  }
+  previous = _stop_on_signals(stop_event)
   try:
     summary = run_actor(
       args.server_address,
@@ -219,45 +219,85 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.info(
       "actor %d: the learner finished training; exiting", args.actor_id
     )
-  except EnvConfigError as e:
-    print(
-      f"actor {args.actor_id}: cannot create the environment: {e}",
-      file=sys.stderr,
-    )
-    if os.environ.get("SEED_RL_DEBUG"):
-      traceback.print_exception(e.__cause__ or e)
-    return EXIT_CONFIG_ERROR
-  except AuthenticationError as e:
-    print(
-      f"actor {args.actor_id}: the learner refused this actor's token: {e}",
-      file=sys.stderr,
-    )
-    return EXIT_FATAL
-  except SpecMismatchError as e:
-    print(
-      f"actor {args.actor_id}: the learner rejected this actor's specs: {e}",
-      file=sys.stderr,
-    )
-    return EXIT_FATAL
-  except ProtocolError as e:
-    print(
-      f"actor {args.actor_id}: protocol error from the learner: {e}",
-      file=sys.stderr,
-    )
-    return EXIT_PROTOCOL_ERROR
-  except (LearnerUnavailableError, LearnerError) as e:
-    print(
-      f"actor {args.actor_id}: learner at {args.server_address} failed: {e}",
-      file=sys.stderr,
-    )
-    return EXIT_PROTOCOL_ERROR
-  except EnvWorkerError as e:
-    print(f"actor {args.actor_id}: environment failed: {e}", file=sys.stderr)
-    return EXIT_ENV_ERROR
+  except _FAILURES as e:
+    return _failure_exit_code(args, e)
   finally:
     for signum, handler in previous.items():
       signal.signal(signum, handler)
   return 0
+
+
+def _configure(args: argparse.Namespace):
+  """Parses the gin configuration; the domain's create_environment."""
+  # The domain's module registers its gin configurables before parsing;
+  # the registry is the learner's, so a domain added there works here too.
+  create_environment = registry.env_module(args.env).create_environment
+  gin.parse_config_files_and_bindings(
+    args.gin_config, args.gin_bindings, skip_unknown=True
+  )
+  if "tensorflow" in sys.modules:
+    logging.warning(
+      "a gin config imported tensorflow into the actor; keep "
+      "agent imports out of configs that actors parse"
+    )
+  return create_environment
+
+
+def _stop_on_signals(stop_event: threading.Event) -> Dict[int, Any]:
+  """SIGTERM and SIGINT set `stop_event` and raise _Stopped in the main
+  thread; returns the previous handlers."""
+
+  def on_signal(signum, frame):
+    del frame
+    if not stop_event.is_set():  # a second signal must not break the cleanup
+      stop_event.set()
+      raise _Stopped(signal.Signals(signum).name)
+
+  return {
+    s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)
+  }
+
+
+# What ends an actor with an error exit code (see _failure_exit_code).
+_FAILURES = (
+  EnvConfigError,
+  ProtocolError,  # AuthenticationError and SpecMismatchError included
+  LearnerUnavailableError,
+  LearnerError,
+  EnvWorkerError,
+)
+
+
+def _failure_exit_code(args: argparse.Namespace, e: BaseException) -> int:
+  """Prints what went wrong; the exit code that tells the launcher whether
+  a restart can help."""
+  actor = f"actor {args.actor_id}"
+  if isinstance(e, EnvConfigError):
+    print(f"{actor}: cannot create the environment: {e}", file=sys.stderr)
+    if os.environ.get("SEED_RL_DEBUG"):
+      traceback.print_exception(e.__cause__ or e)
+    return EXIT_CONFIG_ERROR
+  if isinstance(e, AuthenticationError):
+    print(
+      f"{actor}: the learner refused this actor's token: {e}", file=sys.stderr
+    )
+    return EXIT_FATAL
+  if isinstance(e, SpecMismatchError):
+    print(
+      f"{actor}: the learner rejected this actor's specs: {e}", file=sys.stderr
+    )
+    return EXIT_FATAL
+  if isinstance(e, ProtocolError):
+    print(f"{actor}: protocol error from the learner: {e}", file=sys.stderr)
+    return EXIT_PROTOCOL_ERROR
+  if isinstance(e, (LearnerUnavailableError, LearnerError)):
+    print(
+      f"{actor}: learner at {args.server_address} failed: {e}",
+      file=sys.stderr,
+    )
+    return EXIT_PROTOCOL_ERROR
+  print(f"{actor}: environment failed: {e}", file=sys.stderr)
+  return EXIT_ENV_ERROR
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ The dependency rule: nothing here imports the transport (seed_rl.grpc),
 an agent or a domain; the entry points wire them together
 (seed_rl/learner_main.py). The modules in `TF_FREE` load no TensorFlow
 (specs, batching, per-env state, unroll assembly, replay, the learner
-loop), so tools and actors may use them; the others are TensorFlow
+loop, profiling), so tools and actors may use them; the others are TensorFlow
 modules (optimizers, distributions, normalizers, diagnostics, target
 networks, value rescaling, Q-learning targets, checkpoints, devices).
 tests/test_actor_no_tf.py holds both rules.
@@ -19,6 +19,7 @@ TF_FREE = (
   "frames",
   "learner",
   "metrics",
+  "profiling",
   "replay",
   "schedules",
   "specs",

@@ -20,12 +20,13 @@ import numpy as np
 
 from seed_rl.common import agent_api
 from seed_rl.common import metrics as metrics_lib
-from seed_rl.common.agent_api import ActInputs, Agent, Unroll
+from seed_rl.common import profiling
+from seed_rl.common.agent_api import ActInputs, Agent
 from seed_rl.common.batcher import BatcherStopped, DynamicBatcher
 from seed_rl.common.env_state import EnvStateTable
-from seed_rl.common.specs import ArraySpec, StepBatch
-from seed_rl.common.unroll_store import UnrollStore
 from seed_rl.common.errors import ServiceStopping
+from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.common.unroll_store import StepRecord, UnrollStore
 
 
 @gin.configurable
@@ -131,12 +132,20 @@ def configure_tf_threads(config: LearnerConfig) -> None:
     )
 
 
+# Sections a Profiler passed to the Learner counts (thread CPU seconds):
+# the inference thread's whole batch ('act', the agent's forward pass, is
+# part of it) and the training thread's steps.
+PROFILED_SECTIONS = ("inference", "act", "training")
+
+
 class Learner:
   """Serves inference to actors (as the gRPC handler) and trains `agent`.
 
   Env ids [0, num_train_envs) train; [num_train_envs, num_envs) are
   evaluation envs: the agent acts deterministically there, their episodes are
-  logged under `eval/` and they produce no unrolls.
+  logged under `eval/` and they produce no unrolls. `profiler` (benchmarks
+  only) counts CPU seconds per PROFILED_SECTIONS and ticks once per progress
+  line; the default records nothing.
   """
 
   def __init__(
@@ -149,6 +158,7 @@ class Learner:
     config: Optional[LearnerConfig] = None,
     checkpointer=None,
     summary_writer=None,
+    profiler: profiling.Profiler = profiling.NULL_PROFILER,
   ):
     self.agent = agent
     self.config = config or LearnerConfig()
@@ -166,6 +176,7 @@ class Learner:
       self.num_envs, agent.unroll_length + 1, agent.unroll_overlap
     )
     self.episodes = metrics_lib.EpisodeTracker()
+    self.profiler = profiler
     self._checkpointer = checkpointer
     self._writer = summary_writer
     self._metrics = metrics_lib.ScalarAccumulator()
@@ -184,9 +195,6 @@ class Learner:
     self.finish_on_stop_event = True
     self.solved_at_s: Optional[float] = None  # seconds into run()
     self.best_return: Optional[float] = None  # best mean of the last 100
-    # CPU seconds by role (time.thread_time of the thread doing the work).
-    self.cpu_seconds = {"inference": 0.0, "act": 0.0, "training": 0.0}
-    self.ticks: List[Dict[str, float]] = []  # one per progress line
     batch_size = min(
       self.config.inference_batch_size or self.num_envs, self.num_envs
     )
@@ -216,77 +224,92 @@ class Learner:
     del first_env_id, num_envs
 
   def _infer(self, batches: List[StepBatch]) -> List[np.ndarray]:
+    """The batcher's callback: one inference call for every env of
+    `batches`; returns each batch's actions [K_i, *action_shape]."""
     t0 = time.perf_counter()
-    c0 = time.thread_time()
+    with self.profiler.section("inference"):
+      b = _merge_batches(batches)
+      size = b.num_envs
+      restarted = self._handle_restarts(b.env_ids, b.run_ids)
+      inputs = self._act_inputs(b, restarted)
+      out = self._act(inputs)
+      action = np.asarray(out.action[:size], self.action_spec.dtype)
+      self.state.scatter(
+        b.env_ids, tuple(c[:size] for c in out.core_state), action
+      )
+      self._track_episodes(batches)
+      self._record_step(b, inputs, out, action)
+    self._infer_seconds += time.perf_counter() - t0
     if len(batches) == 1:
-      b = batches[0]
-      env_ids, run_ids, reward = b.env_ids, b.run_ids, b.reward
-      terminated, truncated = b.terminated, b.truncated
-      frames, final_frames = b.observation, b.final_observation
-    else:
-      cat = lambda f: np.concatenate([getattr(b, f) for b in batches])
-      env_ids, run_ids, reward = cat("env_ids"), cat("run_ids"), cat("reward")
-      terminated, truncated = cat("terminated"), cat("truncated")
-      frames, final_frames = cat("observation"), cat("final_observation")
-    size = env_ids.shape[0]
-    st = self.state
+      return [action]
+    return np.split(action, np.cumsum([b.num_envs for b in batches])[:-1])
 
-    restarted = st.refresh_run_ids(env_ids, run_ids)
+  def _handle_restarts(
+    self, env_ids: np.ndarray, run_ids: np.ndarray
+  ) -> np.ndarray:
+    """Resets the state and drops the partial unrolls of envs whose actor
+    restarted (new run ids); returns bool [B]: those envs."""
+    restarted = self.state.refresh_run_ids(env_ids, run_ids)
     if restarted.any():
-      st.reset(env_ids[restarted])
-      discarded = self.unrolls.reset(env_ids[restarted])
+      ids = env_ids[restarted]
+      self.state.reset(ids)
+      discarded = self.unrolls.reset(ids)
       if discarded:
-        # A restarted actor (new run ids): its previous process's
-        # unfinished unrolls are dropped, never trained on.
+        # The restarted actor's previous process's unfinished unrolls are
+        # never trained on.
         self.discarded_partial_unrolls += discarded
-        ids = env_ids[restarted]
         metrics_lib.log(
           f"[learner] envs {int(ids.min())}..{int(ids.max())} restarted "
           f"(new run ids): discarded {discarded} partial unrolls"
         )
-    # The final observation of a truncated episode is valued with the state
-    # of the episode it ends, before that state is reset below.
-    final_ids = env_ids[truncated]
-    if final_ids.size:
-      final_core, final_prev = st.gather(final_ids)
-      final_obs = st.stacked(final_ids, final_frames, commit=False)
-    new_episode = terminated | truncated | restarted
-    st.reset(env_ids[new_episode & ~restarted])
-    core, prev_action = st.gather(env_ids)
-    observation = st.stacked(env_ids, frames)
-    eval_mask = env_ids >= self.num_train_envs
+    return restarted
 
+  def _act_inputs(self, b: StepBatch, restarted: np.ndarray) -> ActInputs:
+    """The agent's inputs: B rows, one per env of `b` (episode starts reset
+    first), then one per truncated env valuing its final observation."""
+    st = self.state
+    final = self._final_inputs(b)  # before the ended episodes' state resets
+    new_episode = b.terminated | b.truncated | restarted
+    st.reset(b.env_ids[new_episode & ~restarted])
+    core, prev_action = st.gather(b.env_ids)
     inputs = ActInputs(
-      env_ids=env_ids,
-      observation=observation,
+      env_ids=b.env_ids,
+      observation=st.stacked(b.env_ids, b.observation),
       prev_action=prev_action,
-      reward=reward,
+      reward=b.reward,
       done=new_episode,
       core_state=core,
-      eval_mask=eval_mask,
+      eval_mask=b.env_ids >= self.num_train_envs,
     )
-    if final_ids.size:
-      inputs = ActInputs(
-        env_ids=np.concatenate([env_ids, final_ids]),
-        observation=np.concatenate([observation, final_obs]),
-        prev_action=np.concatenate([prev_action, final_prev]),
-        reward=np.concatenate([reward, reward[truncated]]),
-        done=np.concatenate([new_episode, np.zeros(final_ids.size, bool)]),
-        core_state=tuple(
-          np.concatenate([c, f]) for c, f in zip(core, final_core)
-        ),
-        eval_mask=np.concatenate([eval_mask, eval_mask[truncated]]),
-      )
-    t_act, c_act = time.perf_counter(), time.thread_time()
-    out = self.agent.act(inputs)
-    self._act_seconds += time.perf_counter() - t_act
-    self.cpu_seconds["act"] += time.thread_time() - c_act
-    action = np.asarray(out.action[:size], self.action_spec.dtype)
-    value = np.asarray(out.value, np.float32)
-    bootstrap_value = np.zeros(size, np.float32)
-    bootstrap_value[truncated] = value[size:]
-    st.scatter(env_ids, tuple(c[:size] for c in out.core_state), action)
+    return inputs if final is None else _concat_inputs(inputs, final)
 
+  def _final_inputs(self, b: StepBatch) -> Optional[ActInputs]:
+    """Rows valuing the final observation of each truncated episode with the
+    state of the episode it ends (None when no episode was truncated)."""
+    final_ids = b.env_ids[b.truncated]
+    if not final_ids.size:
+      return None
+    core, prev_action = self.state.gather(final_ids)
+    return ActInputs(
+      env_ids=final_ids,
+      observation=self.state.stacked(
+        final_ids, b.final_observation, commit=False
+      ),
+      prev_action=prev_action,
+      reward=b.reward[b.truncated],
+      done=np.zeros(final_ids.size, bool),
+      core_state=core,
+      eval_mask=final_ids >= self.num_train_envs,
+    )
+
+  def _act(self, inputs: ActInputs) -> agent_api.ActOutputs:
+    t = time.perf_counter()
+    with self.profiler.section("act"):
+      out = self.agent.act(inputs)
+    self._act_seconds += time.perf_counter() - t
+    return out
+
+  def _track_episodes(self, batches: List[StepBatch]) -> None:
     for b in batches:
       prefix = (
         "eval"
@@ -295,38 +318,44 @@ class Learner:
       )
       self.episodes.add(b.episode_return, b.episode_length, prefix)
 
-    train = ~eval_mask
+  def _record_step(
+    self,
+    b: StepBatch,
+    inputs: ActInputs,
+    out: agent_api.ActOutputs,
+    action: np.ndarray,
+  ) -> None:
+    """Counts the training envs' steps and appends them to their unrolls
+    (the first B rows of `inputs` and `out` are the envs of `b`); completed
+    unrolls go to the agent."""
+    size = b.num_envs
+    train = ~inputs.eval_mask[:size]
     num_train = int(train.sum())
     self.env_steps += num_train
-    if num_train:
-      step = {
-        "observation": observation,
-        "reward": reward,
-        "terminated": terminated,
-        "truncated": truncated,
-        "bootstrap_value": bootstrap_value,
-        "prev_action": prev_action,
-        "action": action,
-        "value": value[:size],
-        "policy_version": np.full(size, self._policy_version(), np.int64),
-      }
-      for i, c in enumerate(core):
-        step[f"core_state/{i}"] = c
-      for name, extra in out.extras.items():
-        step[f"extras/{name}"] = np.asarray(extra)[:size]
-      train_ids = env_ids
-      if num_train < size:
-        train_ids = env_ids[train]
-        step = {k: v[train] for k, v in step.items()}
-      completed = self.unrolls.append(train_ids, step)
-      if completed is not None:
-        self.agent.add_unrolls(_to_unroll(completed, len(core)))
-
-    self._infer_seconds += time.perf_counter() - t0
-    self.cpu_seconds["inference"] += time.thread_time() - c0
-    if len(batches) == 1:
-      return [action]
-    return np.split(action, np.cumsum([b.num_envs for b in batches])[:-1])
+    if not num_train:
+      return
+    value = np.asarray(out.value, np.float32)
+    bootstrap_value = np.zeros(size, np.float32)
+    bootstrap_value[b.truncated] = value[size:]
+    step = StepRecord(
+      observation=inputs.observation[:size],
+      reward=b.reward,
+      terminated=b.terminated,
+      truncated=b.truncated,
+      bootstrap_value=bootstrap_value,
+      prev_action=inputs.prev_action[:size],
+      action=action,
+      value=value[:size],
+      policy_version=np.full(size, self._policy_version(), np.int64),
+      core_state=tuple(c[:size] for c in inputs.core_state),
+      extras={k: np.asarray(x)[:size] for k, x in out.extras.items()},
+    )
+    env_ids = b.env_ids
+    if num_train < size:
+      env_ids, step = env_ids[train], step.rows(train)
+    completed = self.unrolls.append(env_ids, step)
+    if completed is not None:
+      self.agent.add_unrolls(completed)
 
   @property
   def batches_run(self) -> int:
@@ -340,9 +369,8 @@ class Learner:
     last_ckpt = time.monotonic()
     try:
       while not self._stop.is_set():
-        c0 = time.thread_time()
-        step_metrics = self.agent.train_step()
-        self.cpu_seconds["training"] += time.thread_time() - c0
+        with self.profiler.section("training"):
+          step_metrics = self.agent.train_step()
         if not step_metrics:  # stopped while waiting for data
           continue
         step_metrics = dict(step_metrics)
@@ -436,22 +464,47 @@ class Learner:
 
   def _report(self, now: float) -> None:
     """Writes TensorBoard scalars and one console line for the last interval."""
-    last, dt = self._last, max(now - self._last_log, 1e-9)
     learner_steps = self._policy_version()
-    steps_per_s = (self.env_steps - last["env_steps"]) / dt
+    scalars, samples_trained = self._interval_scalars(now, learner_steps)
+    if self._writer:
+      self._writer.write(learner_steps, scalars)
+    metrics_lib.log(self._console_line(now, learner_steps, scalars))
+    self.profiler.tick(
+      t=now - self._start,
+      env_steps=self.env_steps,
+      learner_steps=learner_steps,
+    )
+    self._last_log = now
+    self._last = {
+      "env_steps": self.env_steps,
+      "batches": self._batcher.batches_run,
+      "envs": self._batcher.envs_served,
+      "act": self._act_seconds,
+      "infer": self._infer_seconds,
+      "samples": samples_trained,
+      "learner_steps": learner_steps,
+    }
+
+  def _interval_scalars(
+    self, now: float, learner_steps: int
+  ) -> Tuple[Dict[str, float], float]:
+    """The TensorBoard scalars of the interval since the last report, and
+    the transitions trained on so far (for the next interval's rate)."""
+    last, dt = self._last, max(now - self._last_log, 1e-9)
     batches = self._batcher.batches_run - last["batches"]
     with self._metrics_lock:
       scalars = self._metrics.drain()
-      samples = self._samples_trained - last.get("samples", 0.0)
-      last_samples = self._samples_trained
+      samples_trained = self._samples_trained
     scalars.update(self.episodes.drain())
-    scalars["perf/env_steps_per_s"] = steps_per_s
+    env_steps = self.env_steps - last["env_steps"]
+    scalars["perf/env_steps_per_s"] = env_steps / dt
     scalars["perf/updates_per_s"] = (
       learner_steps - last.get("learner_steps", learner_steps)
     ) / dt
-    env_steps = self.env_steps - last["env_steps"]
     if env_steps > 0:
-      scalars["perf/samples_per_env_step"] = samples / env_steps
+      scalars["perf/samples_per_env_step"] = (
+        samples_trained - last.get("samples", 0.0)
+      ) / env_steps
     scalars["perf/env_steps"] = self.env_steps
     scalars["actors/discarded_partial_unrolls"] = self.discarded_partial_unrolls
     if batches:
@@ -462,43 +515,28 @@ class Learner:
         1e3 * (self._infer_seconds - last["infer"]) / batches
       )
       scalars["perf/act_ms"] = 1e3 * (self._act_seconds - last["act"]) / batches
-    if self._writer:
-      self._writer.write(learner_steps, scalars)
+    return scalars, samples_trained
+
+  def _console_line(
+    self, now: float, learner_steps: int, scalars: Dict[str, float]
+  ) -> str:
+    """The progress line (and the best mean return so far, updated)."""
     extra = {k: scalars[k] for k in metrics_lib.CONSOLE_METRICS if k in scalars}
+    recent = self.episodes.recent_mean()
     line = metrics_lib.progress_line(
       now - self._start,
       learner_steps,
       self.env_steps,
-      steps_per_s,
-      self.episodes.recent_mean(),
+      scalars["perf/env_steps_per_s"],
+      recent,
       self.episodes.episodes,
       extra,
     )
-    recent = self.episodes.recent_mean()
     if recent is not None:
       self.best_return = max(recent, self.best_return or recent)
     goal = self._goal(now - self._start, learner_steps)
     line = f"{line} | {goal}" if goal else line
-    metrics_lib.log(f"{line} | {self.banner}" if self.banner else line)
-    self.ticks.append(
-      {
-        "t": now - self._start,
-        "env_steps": self.env_steps,
-        "learner_steps": learner_steps,
-        "process_cpu_s": time.process_time(),
-        **{f"{k}_cpu_s": v for k, v in self.cpu_seconds.items()},
-      }
-    )
-    self._last_log = now
-    self._last = {
-      "env_steps": self.env_steps,
-      "batches": self._batcher.batches_run,
-      "envs": self._batcher.envs_served,
-      "act": self._act_seconds,
-      "infer": self._infer_seconds,
-      "samples": last_samples,
-      "learner_steps": learner_steps,
-    }
+    return f"{line} | {self.banner}" if self.banner else line
 
   def _goal(self, elapsed: float, learner_steps: int) -> str:
     """'42% done, ETA 1m30s' toward the nearest stop condition; the best
@@ -544,21 +582,28 @@ class Learner:
       self._writer.close()
 
 
-def _to_unroll(rows: Dict[str, np.ndarray], num_core: int) -> Unroll:
-  extras = {
-    k[len("extras/") :]: v for k, v in rows.items() if k.startswith("extras/")
+def _merge_batches(batches: List[StepBatch]) -> StepBatch:
+  """One StepBatch of every env in `batches` (in order)."""
+  if len(batches) == 1:
+    return batches[0]
+  return StepBatch(
+    *(
+      np.concatenate([getattr(b, field.name) for b in batches])
+      for field in dataclasses.fields(StepBatch)
+    )
+  )
+
+
+def _concat_inputs(a: ActInputs, b: ActInputs) -> ActInputs:
+  """The rows of `a`, then those of `b`."""
+  fields = {
+    f.name: np.concatenate([getattr(a, f.name), getattr(b, f.name)])
+    for f in dataclasses.fields(ActInputs)
+    if f.name != "core_state"
   }
-  return Unroll(
-    env_ids=rows["env_ids"],
-    observation=rows["observation"],
-    reward=rows["reward"],
-    terminated=rows["terminated"],
-    truncated=rows["truncated"],
-    bootstrap_value=rows["bootstrap_value"],
-    prev_action=rows["prev_action"],
-    action=rows["action"],
-    value=rows["value"],
-    extras=extras,
-    core_state=tuple(rows[f"core_state/{i}"][:, 0] for i in range(num_core)),
-    policy_version=rows["policy_version"],
+  return ActInputs(
+    **fields,
+    core_state=tuple(
+      np.concatenate(c) for c in zip(a.core_state, b.core_state)
+    ),
   )

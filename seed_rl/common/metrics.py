@@ -6,7 +6,7 @@ import collections
 import math
 import sys
 import threading
-from typing import DefaultDict, Deque, Dict, List, Mapping, Optional
+from typing import DefaultDict, Deque, Dict, Mapping, Optional
 
 import numpy as np
 
@@ -146,29 +146,6 @@ def progress_line(
     f"{_SHORT.get(k, k.split('/')[-1])} {v:.3g}" for k, v in extra.items()
   ]
   return " | ".join(parts)
-
-
-def steady_state(ticks: List[Dict[str, float]]) -> Dict[str, float]:
-  """Rates over the second half of a run (start-up and compilation excluded).
-
-  Returns env/learner steps per second and the CPU cores used per role
-  (CPU seconds per wall second) between the middle tick and the last one.
-  """
-  if len(ticks) < 2:
-    return {}
-  a, b = ticks[len(ticks) // 2 - (len(ticks) == 2)], ticks[-1]
-  dt = max(b["t"] - a["t"], 1e-9)
-  out = {
-    "window_s": round(dt, 2),
-    "env_steps_per_s": round((b["env_steps"] - a["env_steps"]) / dt, 1),
-    "learner_steps_per_s": round(
-      (b["learner_steps"] - a["learner_steps"]) / dt, 3
-    ),
-  }
-  for key in a:
-    if key.endswith("cpu_s"):
-      out[f"cores/{key[: -len('_cpu_s')]}"] = round((b[key] - a[key]) / dt, 3)
-  return out
 
 
 def log(msg: str) -> None:
