@@ -37,6 +37,7 @@ TF_FREE_RUNTIME = tuple(
     "errors",
     "frames",
     "learner",
+    "learner_config",
     "metrics",
     "profiling",
     "replay",

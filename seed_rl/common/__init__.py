@@ -18,6 +18,7 @@ TF_FREE = (
   "errors",
   "frames",
   "learner",
+  "learner_config",
   "metrics",
   "profiling",
   "replay",
