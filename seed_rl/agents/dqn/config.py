@@ -130,6 +130,11 @@ class DQNConfig:
     return self.n_step
 
   def __post_init__(self):
+    """Validates every field (one check per field, in field order).
+
+    Kept in one piece: a flat checklist that reads like the field list;
+    the shared checks live in seed_rl/common/config_checks.py.
+    """
     checks.positive_ints(
       self,
       "n_step",

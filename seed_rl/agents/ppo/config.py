@@ -136,6 +136,12 @@ class PPOConfig:
   queue_capacity: Optional[int] = None
 
   def __post_init__(self):
+    """Validates every field (one check per field, in field order).
+
+    Kept in one piece: a flat checklist that reads like the field list;
+    the shared checks live in seed_rl/common/config_checks.py.
+    """
+
     def fail(message):
       checks.fail(self, message)
 
