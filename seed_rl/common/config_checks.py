@@ -163,5 +163,28 @@ def torso_factory(
     )
 
 
+def scheduled_optimizer(config: Any, optimizers: Sequence[str]) -> None:
+  """The optimizer group of a config with `learning_rate`, `lr_schedule`
+  ('constant' or 'linear' to 0 at `total_learner_steps`),
+  `optimizer_epsilon`, `max_grad_norm`, `optimizer` (one of `optimizers`)
+  and `rmsprop_decay` (A2C's and ACER's)."""
+  positive(config, "learning_rate")
+  choice(config, "lr_schedule", LR_SCHEDULES)
+  if config.lr_schedule == "linear":
+    total = config.total_learner_steps
+    if not _is_int(total) or total < 1:
+      fail(
+        config,
+        f"total_learner_steps must be a positive number of learner steps "
+        f"with lr_schedule='linear' (the learning rate reaches 0 there), "
+        f"got {total!r}",
+      )
+  optimizer_epsilon(config, "optimizer_epsilon")
+  max_grad_norm(config)
+  choice(config, "optimizer", optimizers)
+  if not 0 <= config.rmsprop_decay < 1:
+    fail(config, f"rmsprop_decay must be in [0, 1), got {config.rmsprop_decay}")
+
+
 def _reason(why: str) -> str:
   return f" ({why})" if why else ""

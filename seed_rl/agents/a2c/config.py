@@ -113,24 +113,7 @@ class A2CConfig:
       "value_cost",
       why="a negative weight flips the objective",
     )
-    checks.positive(self, "learning_rate")
-    checks.choice(self, "lr_schedule", checks.LR_SCHEDULES)
-    if self.lr_schedule == "linear":
-      total = self.total_learner_steps
-      if isinstance(total, bool) or not isinstance(total, int) or total < 1:
-        checks.fail(
-          self,
-          f"total_learner_steps must be a positive number of learner steps "
-          f"with lr_schedule='linear' (the learning rate reaches 0 there), "
-          f"got {total!r}",
-        )
-    checks.optimizer_epsilon(self, "optimizer_epsilon")
-    checks.max_grad_norm(self)
-    checks.choice(self, "optimizer", _OPTIMIZERS)
-    if not 0 <= self.rmsprop_decay < 1:
-      checks.fail(
-        self, f"rmsprop_decay must be in [0, 1), got {self.rmsprop_decay}"
-      )
+    checks.scheduled_optimizer(self, _OPTIMIZERS)
     checks.torso_factory(self, allow_none=True)
     checks.choice(self, "log_std", _LOG_STD_MODES)
     checks.choice(self, "bound_handling", _BOUND_HANDLING)

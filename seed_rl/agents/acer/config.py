@@ -155,24 +155,7 @@ class ACERConfig:
         f"average policy at its initial weights), got "
         f"{self.average_policy_decay}",
       )
-    checks.positive(self, "learning_rate")
-    checks.choice(self, "lr_schedule", checks.LR_SCHEDULES)
-    if self.lr_schedule == "linear":
-      total = self.total_learner_steps
-      if isinstance(total, bool) or not isinstance(total, int) or total < 1:
-        checks.fail(
-          self,
-          f"total_learner_steps must be a positive number of learner steps "
-          f"with lr_schedule='linear' (the learning rate reaches 0 there), "
-          f"got {total!r}",
-        )
-    checks.optimizer_epsilon(self, "optimizer_epsilon")
-    checks.max_grad_norm(self)
-    checks.choice(self, "optimizer", _OPTIMIZERS)
-    if not 0 <= self.rmsprop_decay < 1:
-      checks.fail(
-        self, f"rmsprop_decay must be in [0, 1), got {self.rmsprop_decay}"
-      )
+    checks.scheduled_optimizer(self, _OPTIMIZERS)
     checks.torso_factory(self)
     self.head_hidden = checks.layer_widths(self)
     checks.queue_capacity(self)
