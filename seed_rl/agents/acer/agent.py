@@ -28,11 +28,11 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
+from seed_rl.agents import learning
 from seed_rl.agents.acer import loss as loss_lib
 from seed_rl.agents.acer import networks
 from seed_rl.agents.acer.config import ACERConfig
 from seed_rl.common import agent_api
-from seed_rl.common import diagnostics
 from seed_rl.common import distributions
 from seed_rl.common import optimizers
 from seed_rl.common import target_network
@@ -100,19 +100,8 @@ class ACERAgent(Agent):
         self._network.trainable_variables, self._average.trainable_variables
       )
     self._step_counter = optimizers.learner_step_counter()
-    self._optimizer = optimizers.make_optimizer(
-      cfg.optimizer,
-      optimizers.learning_rate_schedule(
-        cfg.learning_rate,
-        decay_steps=(
-          cfg.total_learner_steps if cfg.lr_schedule == "linear" else None
-        ),
-      ),
-      epsilon=cfg.optimizer_epsilon,
-      max_grad_norm=cfg.max_grad_norm,
-      rmsprop_decay=cfg.rmsprop_decay,
-      variables=self._network.trainable_variables,
-      clock=self._step_counter,
+    self._optimizer = learning.scheduled_optimizer(
+      cfg, self._network.trainable_variables, self._step_counter
     )
     self._generator = tf.random.Generator.from_seed(cfg.seed)
     self._rng = np.random.default_rng(cfg.seed)
@@ -335,22 +324,14 @@ class ACERAgent(Agent):
         gradients = [
           _add(p, v) for p, v in zip(policy_gradients, value_gradients)
         ]
-      metrics.update(diagnostics.gradient_norms(gradients, variables))
-      optimizer.apply_gradients(zip(gradients, variables))
+      learning.apply_update(optimizer, gradients, variables, metrics)
       if average is not None:
         target_network.soft_update(
           network.trainable_variables,
           average.trainable_variables,
           1.0 - cfg.average_policy_decay,
         )
-      metrics["opt/learning_rate"] = tf.convert_to_tensor(
-        optimizer.learning_rate
-      )
-      metrics["errors/nonfinite_updates"] = tf.cast(
-        optimizer.nonfinite_updates, tf.float32
-      )
-      step_counter.assign_add(1)
-      return metrics
+      return learning.finish_update(metrics, step_counter, [optimizer])
 
     return train_fn
 
