@@ -251,6 +251,12 @@ class ACERAgent(Agent):
     return act_fn
 
   def _make_train_fn(self):
+    """The compiled update on [T+1, B] unrolls.
+
+    Kept in one piece: the trust region projects the policy terms'
+    gradient with respect to pi inside the same tape pass that also
+    differentiates the value term, so the steps share one graph.
+    """
     cfg = self.config
     obs_spec, act_spec = self.observation_spec, self.action_spec
     t1, b, a = cfg.unroll_length + 1, cfg.batch_size, self.num_actions

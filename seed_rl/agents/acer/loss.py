@@ -160,6 +160,9 @@ def acer_loss(
 ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
   """ACER's loss terms over a time-major unroll (module docstring, 1-4).
 
+  Kept in one piece: the four terms share the importance weights and
+  Retrace targets and read top to bottom as in the paper's Algorithm 2.
+
   Args:
     probs: [T+1, B, A] pi(.|x_t) of the current network (differentiable;
       the trust region differentiates the loss with respect to it).
