@@ -13,11 +13,8 @@ implementation uses.
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import os
-import subprocess
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -36,7 +33,8 @@ from seed_rl.common import distributions
 from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import launch
+
 
 # ---------------------------------------------------------------- references
 
@@ -568,27 +566,9 @@ def test_cartpole_end_to_end(tmp_path):
   """The real launcher: a learner and two actor processes on CartPole-v1,
   gRPC, 20 A2C updates, TensorBoard diagnostics and a checkpoint."""
   logdir = tmp_path / "run"
-  args = ["classic", "a2c", "2", "4", "--logdir", str(logdir)]
-  args += ["--max_learner_steps", "20"]
-  args += ["--gin_bindings", "LearnerConfig.log_every_s = 1.0"]
-  args += ["--gin_bindings", "A2CConfig.batch_size = 8"]
-  out = subprocess.run(
-    [sys.executable, "-m", "seed_rl.train"] + args,
-    cwd=ROOT,
-    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1"),
-    capture_output=True,
-    text=True,
-    timeout=170,
+  launch.train_briefly(
+    logdir, "classic", "a2c", 20, ["A2CConfig.batch_size = 8"]
   )
-  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-  with open(logdir / "result.json") as f:
-    assert json.load(f)["learner_steps"] >= 20
-  assert (logdir / "checkpoints" / "checkpoint").exists()
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
-
-  acc = event_accumulator.EventAccumulator(str(logdir))
-  acc.Reload()
-  tags = set(acc.Tags()["tensors"])
   want = {
     "loss/total",
     "loss/policy",
@@ -603,4 +583,5 @@ def test_cartpole_end_to_end(tmp_path):
     "perf/policy_lag",
     "perf/samples_per_env_step",
   }
-  assert not want - tags, sorted(want - tags)
+  missing = want - launch.event_tags(logdir)
+  assert not missing, sorted(missing)

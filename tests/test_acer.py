@@ -19,10 +19,7 @@ Algorithm 2 that the implementation uses.
 from __future__ import annotations
 
 import importlib
-import json
 import os
-import subprocess
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -41,7 +38,8 @@ from seed_rl.classic.networks import mlp_torso
 from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import launch
+
 
 # ---------------------------------------------------------------- references
 
@@ -731,32 +729,12 @@ def test_cartpole_end_to_end(tmp_path):
   gRPC, 30 ACER updates (on-policy and replayed), TensorBoard diagnostics
   and a checkpoint."""
   logdir = tmp_path / "run"
-  args = ["classic", "acer", "2", "4", "--logdir", str(logdir)]
-  args += ["--max_learner_steps", "30"]
-  for binding in (
-    "LearnerConfig.log_every_s = 1.0",
+  bindings = [
     "ACERConfig.batch_size = 8",
     "ACERConfig.min_replay_size = 16",
     "ACERConfig.replay_ratio = 2.0",
-  ):
-    args += ["--gin_bindings", binding]
-  out = subprocess.run(
-    [sys.executable, "-m", "seed_rl.train"] + args,
-    cwd=ROOT,
-    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1"),
-    capture_output=True,
-    text=True,
-    timeout=170,
-  )
-  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-  with open(logdir / "result.json") as f:
-    assert json.load(f)["learner_steps"] >= 30
-  assert (logdir / "checkpoints" / "checkpoint").exists()
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
-
-  acc = event_accumulator.EventAccumulator(str(logdir))
-  acc.Reload()
-  tags = set(acc.Tags()["tensors"])
+  ]
+  launch.train_briefly(logdir, "classic", "acer", 30, bindings)
   want = {
     "loss/total",
     "loss/policy",
@@ -774,4 +752,5 @@ def test_cartpole_end_to_end(tmp_path):
     "perf/policy_lag",
     "perf/samples_per_env_step",
   }
-  assert not want - tags, sorted(want - tags)
+  missing = want - launch.event_tags(logdir)
+  assert not missing, sorted(missing)

@@ -5,26 +5,15 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+import launch
 
-
-def _train(args, timeout=240):
-  return subprocess.run(
-    [sys.executable, "-m", "seed_rl.train"] + args,
-    cwd=ROOT,
-    env=ENV,
-    capture_output=True,
-    text=True,
-    timeout=timeout,
-  )
+ROOT, ENV = launch.ROOT, launch.ENV
 
 
 def _alive(pid):
@@ -37,7 +26,7 @@ def _alive(pid):
 
 def test_cartpole_vtrace_trains_checkpoints_and_resumes(tmp_path):
   logdir = str(tmp_path / "run")
-  first = _train(
+  first = launch.train(
     [
       "classic",
       "vtrace",
@@ -60,7 +49,7 @@ def test_cartpole_vtrace_trains_checkpoints_and_resumes(tmp_path):
   assert os.path.exists(os.path.join(logdir, "operative_config.gin"))
   assert "[learner] step" in first.stdout or "step" in first.stdout
 
-  second = _train(
+  second = launch.train(
     [
       "classic",
       "vtrace",
@@ -125,7 +114,7 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path):
   ],
 )
 def test_unknown_env_agent_pair_is_refused(args, expected):
-  out = _train(args, timeout=60)
+  out = launch.train(args, timeout=60)
   assert out.returncode == 2
   assert expected in out.stderr and "classic vtrace" in out.stderr
 
@@ -161,11 +150,8 @@ def _train_with_faulty_env(tmp_path, marker_var, factory, *flags):
     **{marker_var: str(marker)},
     PYTHONPATH=ROOT + os.pathsep + ENV.get("PYTHONPATH", ""),
   )
-  out = subprocess.run(
+  out = launch.train(
     [
-      sys.executable,
-      "-m",
-      "seed_rl.train",
       "classic",
       "vtrace",
       "2",
@@ -178,11 +164,7 @@ def _train_with_faulty_env(tmp_path, marker_var, factory, *flags):
       f"classic.create_environment.env_id = 'tests.crashing_env:{factory}'",
       *flags,
     ],
-    cwd=ROOT,
     env=env,
-    capture_output=True,
-    text=True,
-    timeout=240,
   )
   return out, marker
 
@@ -241,13 +223,13 @@ def test_every_agent_runs_end_to_end(tmp_path, env, agent, bindings, steps):
   ]
   for b in bindings:
     args += ["--gin_bindings", b]
-  out = _train(args)
+  out = launch.train(args)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   with open(tmp_path / "run" / "result.json") as f:
     result = json.load(f)
   assert result["learner_steps"] >= steps
   assert os.path.exists(tmp_path / "run" / "checkpoints" / "checkpoint")
-  tags = _event_tags(tmp_path / "run")
+  tags = launch.event_tags(tmp_path / "run")
   missing = sorted((COMMON_DIAGNOSTICS | AGENT_DIAGNOSTICS[agent]) - tags)
   assert not missing, f"{agent} wrote no {missing}; it wrote {sorted(tags)}"
   assert not tags & RETIRED_NAMES, sorted(tags & RETIRED_NAMES)
@@ -310,17 +292,9 @@ AGENT_DIAGNOSTICS = {
 RETIRED_NAMES = {"loss/baseline", "ppo/entropy", "replay/beta"}
 
 
-def _event_tags(logdir):
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
-
-  acc = event_accumulator.EventAccumulator(str(logdir))
-  acc.Reload()
-  return set(acc.Tags()["tensors"])
-
-
 def test_eval_actors_log_eval_returns(tmp_path):
   logdir = tmp_path / "run"
-  out = _train(
+  out = launch.train(
     [
       "classic",
       "ppo",
@@ -338,11 +312,7 @@ def test_eval_actors_log_eval_returns(tmp_path):
   )
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   assert len(re.findall(r"started actor \d", out.stdout)) == 3
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
-
-  acc = event_accumulator.EventAccumulator(str(logdir))
-  acc.Reload()
-  tags = acc.Tags()["tensors"]
+  tags = launch.event_tags(logdir)
   # That eval envs make no unrolls and no env steps is checked exactly in
   # test_learner_runtime.py; here: the whole path, flags to TensorBoard.
   assert "eval/return" in tags and "episode/return" in tags
@@ -350,7 +320,7 @@ def test_eval_actors_log_eval_returns(tmp_path):
 
 def test_typo_in_env_id_fails_once_with_close_matches(tmp_path):
   start = time.monotonic()
-  out = _train(
+  out = launch.train(
     [
       "classic",
       "vtrace",
@@ -397,9 +367,7 @@ def test_actor_that_cannot_build_its_env_exits_with_a_config_error():
 def test_actors_exit_0_when_the_learner_finishes(tmp_path):
   """What lets a Kubernetes Job or Vertex AI job complete: the learner stops
   at --max_seconds and its actors, told so, exit 0 within seconds."""
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    port = s.getsockname()[1]
+  port = launch.free_port()
   gin_file = os.path.join(ROOT, "seed_rl", "classic", "gin", "vtrace.gin")
   learner = subprocess.Popen(
     [

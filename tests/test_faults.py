@@ -22,9 +22,7 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -38,12 +36,14 @@ from seed_rl.grpc import server as server_lib
 from seed_rl.grpc.client import ActorClient, AuthenticationError
 from seed_rl.grpc.client import LearnerUnavailableError, ProtocolError
 
+import launch
+
 pytestmark = pytest.mark.timeout(300)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BASE_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
-BASE_ENV.pop(security.TOKEN_ENV, None)
-BASE_ENV.pop("SEED_RL_FAULT_CHECKPOINT_DELAY_S", None)
+ROOT = launch.ROOT
+BASE_ENV = launch.env_without(
+  security.TOKEN_ENV, "SEED_RL_FAULT_CHECKPOINT_DELAY_S"
+)
 GIN = os.path.join(ROOT, "seed_rl", "classic", "gin", "vtrace.gin")
 ENVS_PER_ACTOR = 4
 # CartPole's specs on the wire (what a real classic actor says in Hello).
@@ -55,75 +55,7 @@ OBS = ArraySpec(
   maximum=np.array([4.8, np.inf, 0.41887903, np.inf], np.float32),
 )
 ACT = ArraySpec((), "int32", "action", num_values=2)
-_STEP = re.compile(r"^\[learner +\d+s\] \| step +(\d+) \|")
 _RESUMED = re.compile(r"resumed from (\S+): learner step (\d+)")
-
-
-class Proc:
-  """A process whose merged stdout/stderr is collected by a thread."""
-
-  def __init__(self, args, env=None):
-    self.lines = []
-    self.popen = subprocess.Popen(
-      [sys.executable, "-m", *args],
-      cwd=ROOT,
-      env=env or BASE_ENV,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT,
-      text=True,
-    )
-    self._reader = threading.Thread(target=self._read, daemon=True)
-    self._reader.start()
-
-  def _read(self):
-    assert self.popen.stdout is not None
-    for line in self.popen.stdout:
-      self.lines.append(line)
-
-  @property
-  def output(self):
-    return "".join(self.lines)
-
-  def alive(self):
-    return self.popen.poll() is None
-
-  def wait(self, timeout):
-    rc = self.popen.wait(timeout=timeout)
-    self._reader.join(10)
-    return rc
-
-  def kill(self):
-    if self.alive():
-      self.popen.kill()
-      self.popen.wait(30)
-
-
-def free_port():
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
-
-
-def wait_for(condition, procs, what, timeout=150):
-  """Polls `condition` while every process in `procs` is alive."""
-  deadline = time.monotonic() + timeout
-  while not condition():
-    for p in procs:
-      assert p.alive(), f"{what}: a process exited\n{p.output[-3000:]}"
-    assert time.monotonic() < deadline, f"{what}: timed out\n" + "".join(
-      procs[0].lines[-30:]
-    )
-    time.sleep(0.2)
-
-
-def learner_steps(learner):
-  """Learner steps of its progress lines so far."""
-  return [int(m.group(1)) for s in learner.lines if (m := _STEP.match(s))]
-
-
-def last_step(learner):
-  steps = learner_steps(learner)
-  return steps[-1] if steps else -1
 
 
 def start_learner(port, logdir, num_actors, bindings=(), extra=(), env=None):
@@ -139,11 +71,11 @@ def start_learner(port, logdir, num_actors, bindings=(), extra=(), env=None):
     "--gin_bindings=LearnerConfig.target_return = None",
   ]
   args += [f"--gin_bindings={b}" for b in bindings]
-  return Proc(args + list(extra), env)
+  return launch.Proc(args + list(extra), env or BASE_ENV)
 
 
 def start_actor(port, actor_id, stats, extra=(), env=None):
-  return Proc(
+  return launch.Proc(
     [
       "seed_rl.actors.main",
       "--env=classic",
@@ -156,7 +88,7 @@ def start_actor(port, actor_id, stats, extra=(), env=None):
       f"--stats_file={stats}",
       *extra,
     ],
-    env,
+    env or BASE_ENV,
   )
 
 
@@ -207,7 +139,7 @@ class TlsRun:
     )
     self.token = (self.certs / "token").read_text().strip()
     self.env = dict(BASE_ENV, **{security.TOKEN_ENV: self.token})
-    self.port = free_port()
+    self.port = launch.free_port()
     self.address = f"localhost:{self.port}"
     self.learner = start_learner(
       self.port,
@@ -260,11 +192,11 @@ class TlsRun:
   def training(self, what, more_steps=3):
     """Waits until the learner made `more_steps` steps and both actors were
     served again."""
-    step = last_step(self.learner)
+    step = launch.last_step(self.learner)
     before = {i: self.served(i) for i in self.actors}
-    wait_for(
+    launch.wait_for(
       lambda: (
-        last_step(self.learner) >= step + more_steps
+        launch.last_step(self.learner) >= step + more_steps
         and all(self.served(i) > before[i] for i in self.actors)
       ),
       self.procs,
@@ -416,7 +348,7 @@ def test_bad_clients_while_an_actor_keeps_training(tls_run):
     attacker.close()
 
   run.training("actors served after the attacks", more_steps=3)
-  lines = [s for s in run.learner.lines[mark:] if _STEP.match(s)]
+  lines = [s for s in run.learner.lines[mark:] if launch.STEP_LINE.match(s)]
   # After "episodes": entropy, ev, loss, gnorm, ... of the interval.
   numbers = [
     float(part.rsplit(" ", 1)[1])
@@ -528,7 +460,7 @@ def test_learner_killed_during_a_checkpoint_resumes_from_newest_readable(
   tail) and a killed TF write's temporary directory is left behind. The
   restarted learner skips the unreadable checkpoint with a warning, resumes
   from the one before, removes the temporaries and trains on."""
-  port = free_port()
+  port = launch.free_port()
   logdir = tmp_path / "run"
   ckpt_dir = logdir / "checkpoints"
   slow = dict(BASE_ENV, SEED_RL_FAULT_CHECKPOINT_DELAY_S="1.5")
@@ -537,8 +469,8 @@ def test_learner_killed_during_a_checkpoint_resumes_from_newest_readable(
   actor = start_actor(port, 0, tmp_path / "actor.json")
   procs = [first, actor]
   try:
-    wait_for(lambda: len(_indexed(ckpt_dir)) >= 3, procs, "three saves")
-    wait_for(
+    launch.wait_for(lambda: len(_indexed(ckpt_dir)) >= 3, procs, "three saves")
+    launch.wait_for(
       lambda: _written(ckpt_dir)[-1] > _indexed(ckpt_dir)[-1],
       procs,
       "a save between writing and indexing",
@@ -560,7 +492,7 @@ def test_learner_killed_during_a_checkpoint_resumes_from_newest_readable(
 
     second = start_learner(port, logdir, 1, bindings)
     procs = [second, actor]
-    wait_for(
+    launch.wait_for(
       lambda: any(_RESUMED.search(s) for s in second.lines),
       procs,
       "restarted learner resumes",
@@ -572,8 +504,10 @@ def test_learner_killed_during_a_checkpoint_resumes_from_newest_readable(
     step = int(resumed.group(2))
     assert step > 0
     assert not leftover.exists()
-    wait_for(lambda: last_step(second) >= step + 3, procs, "training on")
-    assert min(learner_steps(second)) >= step
+    launch.wait_for(
+      lambda: launch.last_step(second) >= step + 3, procs, "training on"
+    )
+    assert min(launch.learner_steps(second)) >= step
     assert not _temporaries(ckpt_dir)
   finally:
     for p in procs + [first]:
@@ -598,7 +532,7 @@ def test_full_disk_during_a_save_keeps_training(tmp_path):
   )
   if out.returncode != 0:
     pytest.skip(f"mounting a tmpfs is not permitted: {out.stderr.strip()}")
-  port = free_port()
+  port = launch.free_port()
   learner = start_learner(
     port, logdir, 1, ["LearnerConfig.checkpoint_every_s = 0.5"]
   )
@@ -606,11 +540,11 @@ def test_full_disk_during_a_save_keeps_training(tmp_path):
   try:
     failed = re.compile(r"checkpoint save to \S+ failed \((.*)\); training")
     failures = lambda: [m for s in learner.lines if (m := failed.search(s))]
-    wait_for(lambda: failures(), [learner, actor], "a failed save")
+    launch.wait_for(lambda: failures(), [learner, actor], "a failed save")
     assert "No space left" in failures()[0].group(1), failures()[0].group(0)
-    step = last_step(learner)
-    wait_for(
-      lambda: len(failures()) >= 3 and last_step(learner) >= step + 3,
+    step = launch.last_step(learner)
+    launch.wait_for(
+      lambda: len(failures()) >= 3 and launch.last_step(learner) >= step + 3,
       [learner, actor],
       "retries while training goes on",
     )

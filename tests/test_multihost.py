@@ -11,15 +11,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import threading
 import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
-ENV.pop("SEED_RL_TOKEN", None)  # the token comes from the file only
+import launch
+
+ROOT = launch.ROOT
+ENV = launch.env_without("SEED_RL_TOKEN")  # the token comes from a file only
 LEARNER_IP, ACTOR_IP = "10.200.0.1", "10.200.0.2"
 PORT = 8686
 NUM_ACTORS, ENVS_PER_ACTOR = 2, 4
@@ -160,40 +159,9 @@ def certs(tmp_path):
   return out
 
 
-class Proc:
-  """A process in a namespace whose output is collected by a thread."""
-
-  def __init__(self, ns, args):
-    self.lines = []
-    self.popen = subprocess.Popen(
-      ["ip", "netns", "exec", ns, sys.executable, "-m", *args],
-      cwd=ROOT,
-      env=ENV,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT,
-      text=True,
-    )
-    self._reader = threading.Thread(target=self._read, daemon=True)
-    self._reader.start()
-
-  def _read(self):
-    assert self.popen.stdout is not None
-    for line in self.popen.stdout:
-      self.lines.append(line)
-
-  @property
-  def output(self):
-    return "".join(self.lines)
-
-  def wait(self, timeout):
-    rc = self.popen.wait(timeout=timeout)
-    self._reader.join(10)
-    return rc
-
-  def kill(self):
-    if self.popen.poll() is None:
-      self.popen.kill()
-      self.popen.wait(30)
+def _proc_in(ns, args):
+  """`python -m ARGS` inside network namespace `ns`."""
+  return launch.Proc(args, ENV, prefix=["ip", "netns", "exec", ns])
 
 
 def test_learner_and_actors_on_two_hosts_over_tls(hosts, certs, tmp_path):
@@ -201,7 +169,7 @@ def test_learner_and_actors_on_two_hosts_over_tls(hosts, certs, tmp_path):
   assert hosts.addresses(hosts.learner_ns) == {"127.0.0.1", "::1", LEARNER_IP}
   assert hosts.addresses(hosts.actor_ns) == {"127.0.0.1", "::1", ACTOR_IP}
   logdir = tmp_path / "run"
-  learner = Proc(
+  learner = _proc_in(
     hosts.learner_ns,
     [
       "seed_rl.learner_main",
@@ -231,7 +199,7 @@ def test_learner_and_actors_on_two_hosts_over_tls(hosts, certs, tmp_path):
     ],
   )
   actors = [
-    Proc(
+    _proc_in(
       hosts.actor_ns,
       [
         "seed_rl.actors.main",

@@ -9,92 +9,27 @@ import json
 import os
 import re
 import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
 
+import launch
+
 pytestmark = pytest.mark.timeout(400)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 NUM_ACTORS, ENVS_PER_ACTOR = 2, 4
-_STEP = re.compile(r"^\[learner +\d+s\] \| step +(\d+) \|")
 _RESUMED = re.compile(
   r"resumed from \S+: learner step (\d+), env steps ([\d,]+)"
 )
 
 
-class Proc:
-  """A process whose output is collected by a thread."""
-
-  def __init__(self, args):
-    self.lines = []
-    self.popen = subprocess.Popen(
-      [sys.executable, "-m", *args],
-      cwd=ROOT,
-      env=ENV,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT,
-      text=True,
-    )
-    self._reader = threading.Thread(target=self._read, daemon=True)
-    self._reader.start()
-
-  def _read(self):
-    assert self.popen.stdout is not None
-    for line in self.popen.stdout:
-      self.lines.append(line)
-
-  @property
-  def output(self):
-    return "".join(self.lines)
-
-  def wait(self, timeout):
-    rc = self.popen.wait(timeout=timeout)
-    self._reader.join(10)
-    return rc
-
-  def kill(self):
-    if self.popen.poll() is None:
-      self.popen.kill()
-      self.popen.wait(30)
-
-
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
-
-
-def _wait_for(condition, procs, what, timeout=180):
-  """Polls `condition` while every process in `procs` is alive."""
-  deadline = time.monotonic() + timeout
-  while not condition():
-    for p in procs:
-      assert p.popen.poll() is None, (
-        f"{what}: a process exited\n" + (p.output[-3000:])
-      )
-    assert time.monotonic() < deadline, f"{what}: timed out"
-    time.sleep(0.2)
-
-
-def _learner_step(learner):
-  """The learner step of its last progress line (-1 before the first)."""
-  steps = [int(m.group(1)) for s in learner.lines if (m := _STEP.match(s))]
-  return steps[-1] if steps else -1
-
-
 def test_restarted_learner_resumes_and_its_actors_reconnect(tmp_path):
-  port = _free_port()
+  port = launch.free_port()
   logdir = tmp_path / "run"
   stats = [tmp_path / f"actor{i}.json" for i in range(NUM_ACTORS)]
 
   def start_learner(max_learner_steps):
-    return Proc(
+    return launch.Proc(
       [
         "seed_rl.learner_main",
         "--env",
@@ -130,7 +65,7 @@ def test_restarted_learner_resumes_and_its_actors_reconnect(tmp_path):
     return out
 
   def resumed_at(learner):
-    _wait_for(
+    launch.wait_for(
       lambda: any(_RESUMED.search(s) for s in learner.lines),
       [learner] + actors,
       "restarted learner says it resumed",
@@ -138,12 +73,12 @@ def test_restarted_learner_resumes_and_its_actors_reconnect(tmp_path):
     m = next(m for s in learner.lines if (m := _RESUMED.search(s)))
     return int(m.group(1)), int(m.group(2).replace(",", ""))
 
-  procs = []
+  started = []
   try:
     first = start_learner(10**6)
-    procs.append(first)
+    started.append(first)
     actors = [
-      Proc(
+      launch.Proc(
         [
           "seed_rl.actors.main",
           "--env",
@@ -155,7 +90,7 @@ def test_restarted_learner_resumes_and_its_actors_reconnect(tmp_path):
           "--server_address",
           f"localhost:{port}",
           "--gin_config",
-          os.path.join(ROOT, "seed_rl", "classic", "gin", "vtrace.gin"),
+          os.path.join(launch.ROOT, "seed_rl", "classic", "gin", "vtrace.gin"),
           "--connect_timeout_s",
           "120",
           "--log_interval_s",
@@ -166,14 +101,16 @@ def test_restarted_learner_resumes_and_its_actors_reconnect(tmp_path):
       )
       for i in range(NUM_ACTORS)
     ]
-    procs += actors
+    started += actors
     all_up = [first] + actors
 
     # 1. Train a little; a checkpoint is written after step 10.
-    _wait_for(lambda: _learner_step(first) >= 10, all_up, "first learner")
+    launch.wait_for(
+      lambda: launch.last_step(first) >= 10, all_up, "first learner"
+    )
     at_step_10 = time.time()
     index = logdir / "checkpoints" / "checkpoint"
-    _wait_for(
+    launch.wait_for(
       lambda: index.exists() and index.stat().st_mtime > at_step_10,
       all_up,
       "checkpoint after step 10",
@@ -190,19 +127,19 @@ def test_restarted_learner_resumes_and_its_actors_reconnect(tmp_path):
     # 3. The cluster starts the learner again (same port and logdir): it
     # continues from the checkpoint, and both actors are served again.
     second = start_learner(10**6)
-    procs.append(second)
+    started.append(second)
     step, _ = resumed_at(second)
     assert step >= 10, second.output[-3000:]
-    _wait_for(
+    launch.wait_for(
       lambda: (
         all(a > b for a, b in zip(served(), before))
-        and _learner_step(second) >= step + 10
+        and launch.last_step(second) >= step + 10
       ),
       [second] + actors,
       "actors served by the restarted learner",
     )
     # Its progress never went back to step 0.
-    steps = [int(m.group(1)) for s in second.lines if (m := _STEP.match(s))]
+    steps = launch.learner_steps(second)
     assert min(steps) >= step, steps
 
     # 4. The cluster moves the learner (SIGTERM): it saves and exits 0, and
@@ -220,7 +157,7 @@ def test_restarted_learner_resumes_and_its_actors_reconnect(tmp_path):
     # 5. The last learner resumes exactly where the moved one saved, trains
     # to its limit with both actors, and everything ends with exit 0.
     third = start_learner(moved["learner_steps"] + 10)
-    procs.append(third)
+    started.append(third)
     step, env_steps = resumed_at(third)
     assert step == moved["learner_steps"], third.output[-3000:]
     assert env_steps == moved["env_steps"], third.output[-3000:]
@@ -229,7 +166,7 @@ def test_restarted_learner_resumes_and_its_actors_reconnect(tmp_path):
       assert actor.wait(60) == 0, actor.output[-3000:]
       assert "the learner finished training" in actor.output
   finally:
-    for p in procs:
+    for p in started:
       p.kill()
 
   after = served()

@@ -5,10 +5,7 @@ one short run through the real learner and actors."""
 from __future__ import annotations
 
 import importlib
-import json
 import os
-import subprocess
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -28,7 +25,8 @@ from seed_rl.common import transitions
 from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import launch
+
 
 # Pendulum-v1's specs: 3-d observation, one torque in [-2, 2].
 OBS = ArraySpec((3,), "float32", name="observation")
@@ -687,29 +685,8 @@ def test_pendulum_end_to_end(tmp_path):
     "SACConfig.random_steps = 64",
     "SACConfig.batch_size = 32",
     "SACConfig.samples_per_insert = 32.0",
-    "LearnerConfig.log_every_s = 1.0",
   ]
-  args = ["classic", "sac", "2", "4", "--logdir", str(logdir)]
-  args += ["--max_learner_steps", "20"]
-  for b in bindings:
-    args += ["--gin_bindings", b]
-  out = subprocess.run(
-    [sys.executable, "-m", "seed_rl.train"] + args,
-    cwd=ROOT,
-    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1"),
-    capture_output=True,
-    text=True,
-    timeout=180,
-  )
-  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-  with open(logdir / "result.json") as f:
-    assert json.load(f)["learner_steps"] >= 20
-  assert (logdir / "checkpoints" / "checkpoint").exists()
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
-
-  acc = event_accumulator.EventAccumulator(str(logdir))
-  acc.Reload()
-  tags = set(acc.Tags()["tensors"])
+  launch.train_briefly(logdir, "classic", "sac", 20, bindings, timeout=180)
   want = {
     "loss/total",
     "loss/critic",
@@ -723,4 +700,5 @@ def test_pendulum_end_to_end(tmp_path):
     "opt/learning_rate",
     "perf/samples_per_env_step",
   }
-  assert not want - tags, sorted(want - tags)
+  missing = want - launch.event_tags(logdir)
+  assert not missing, sorted(missing)
