@@ -32,6 +32,28 @@ def test_save_restore_roundtrip_and_keeps_only_the_newest(tmp_path):
   assert restorer.env_steps == 300
 
 
+def test_index_is_what_tensorflow_tools_read_and_no_deprecation(
+  tmp_path, caplog
+):
+  d = str(tmp_path / "ckpt")
+  ckpt = Checkpointer(d, _objects(1.0), max_to_keep=2)
+  with caplog.at_level("WARNING"):
+    paths = [ckpt.save(env_steps=i) for i in range(3)]
+  assert "deprecated" not in caplog.text
+  assert tf.train.latest_checkpoint(d) == paths[-1]
+  state = tf.train.get_checkpoint_state(d)
+  assert [os.path.join(d, p) for p in state.all_model_checkpoint_paths] == (
+    paths[-2:]
+  )
+  # Relative names, as TensorFlow writes them: the directory can be moved.
+  moved = str(tmp_path / "moved")
+  os.rename(d, moved)
+  assert tf.train.latest_checkpoint(moved) == os.path.join(
+    moved, os.path.basename(paths[-1])
+  )
+  assert not [n for n in os.listdir(moved) if n.endswith(".tmp")]
+
+
 def test_truncated_latest_is_skipped_with_a_warning(tmp_path, caplog):
   d = str(tmp_path / "ckpt")
   objs = _objects(1.0)

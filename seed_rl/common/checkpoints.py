@@ -20,6 +20,7 @@ index points at them, so a test can kill the learner during a save.
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
 import re
@@ -40,6 +41,27 @@ def _fsync(path: str) -> None:
     os.fsync(fd)
   finally:
     os.close(fd)
+
+
+def _write_index(directory: str, paths: Sequence[str]) -> None:
+  """Points the `checkpoint` index at paths[-1], listing `paths` (oldest
+  first), by an atomic rename of a fsynced file.
+
+  The index is TensorFlow's CheckpointState in protobuf text format, which
+  tf.train.get_checkpoint_state, tf.train.latest_checkpoint and TensorBoard
+  read. Written here rather than by tf.compat.v1.train.update_checkpoint_state,
+  which is deprecated and says so on every run.
+  """
+  names = [os.path.relpath(p, directory) for p in paths]
+  lines = [f"model_checkpoint_path: {json.dumps(names[-1])}"]
+  lines += [f"all_model_checkpoint_paths: {json.dumps(n)}" for n in names]
+  index = os.path.join(directory, "checkpoint")
+  temporary = index + ".tmp"
+  with open(temporary, "w") as f:
+    f.write("\n".join(lines) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(temporary, index)
 
 
 def checkpoint_paths(directory: str) -> List[str]:
@@ -139,10 +161,7 @@ class Checkpointer:
         _fsync(name)
       _fsync(self.directory)
       keep = (existing + [path])[-self.max_to_keep :]
-      tf.compat.v1.train.update_checkpoint_state(
-        self.directory, path, all_model_checkpoint_paths=keep
-      )
-      _fsync(os.path.join(self.directory, "checkpoint"))
+      _write_index(self.directory, keep)
       _fsync(self.directory)
     except (OSError, tf.errors.OpError) as e:
       logging.warning(
