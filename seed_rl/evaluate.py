@@ -65,7 +65,7 @@ def _even(frame: np.ndarray) -> np.ndarray:
 
 def is_image(spec) -> bool:
   shape = tuple(spec.shape)
-  return spec.dtype == np.uint8 and (
+  return np.dtype(spec.dtype) == np.uint8 and (
     len(shape) == 2 or (len(shape) == 3 and shape[-1] in (1, 3))
   )
 

@@ -587,6 +587,48 @@ def test_bad_unroll_rejected():
     agent_lib.DQNAgent(OBS, ArraySpec((2,), "float32"), 2, _config())
 
 
+def test_atari_frames_stored_once_through_the_agent():
+  """A uint8 [H, W, k] spec as the wire gives it (dtype by name, as every
+  ArraySpec holds it): the agent keeps frames once and trains on rebuilt
+  stacks (the defaults of seed_rl/atari/gin/dqn.gin)."""
+
+  def flat_torso():
+    return keras.Sequential(
+      [keras.layers.Flatten(), keras.layers.Dense(8, activation="relu")]
+    )
+
+  spec = ArraySpec((3, 3, 4), np.dtype(np.uint8), name="frames")
+  assert spec.dtype == "uint8"
+  agent = agent_lib.DQNAgent(
+    spec, ACT, 2, _config(torso=flat_torso, store_frames_once=True)
+  )
+  rng = np.random.default_rng(0)
+  b, t1 = 2, 6
+  raw = rng.integers(1, 255, (b, t1, 3, 3)).astype(np.uint8)
+  obs = np.zeros((b, t1, 3, 3, 4), np.uint8)
+  for i in range(b):
+    stack = np.zeros((3, 3, 4), np.uint8)
+    for t in range(t1):  # newest frame last, as the runtime stacks
+      stack = np.concatenate([stack[..., 1:], raw[i, t][..., None]], -1)
+      obs[i, t] = stack
+  zeros = np.zeros((b, t1), bool)
+  unroll = _unroll(
+    obs,
+    rng.normal(size=(b, t1)),
+    zeros,
+    zeros,
+    np.zeros((b, t1)),
+    rng.integers(0, 2, (b, t1)),
+  )
+  unroll.observation = obs  # _unroll casts to float32; keep the frames
+  for _ in range(3):
+    agent.add_unrolls(unroll)
+  stored = agent.replay._storage  # pylint: disable=protected-access
+  assert "observation" not in stored and "block" in stored
+  metrics = agent.train_step()
+  assert np.isfinite(metrics["loss/td"])
+
+
 def test_learns_chain_mdp():
   """A few seconds of training recovers Q*(s, right) = gamma^(2-s).
 

@@ -110,3 +110,16 @@ def test_missing_video_extra_is_named(tmp_path, monkeypatch):
   monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)
   with pytest.raises(RuntimeError, match=r"pip install -e '\.\[video\]'"):
     evaluate._video_writer(str(tmp_path / "x.mp4"), 30.0)
+
+
+def test_image_observations_are_recognised_by_their_spec():
+  """Specs hold dtypes by name ('uint8'): a frame observation can be shown
+  in a video when the environment cannot render."""
+  from seed_rl import evaluate  # pylint: disable=g-import-not-at-top
+  from seed_rl.common.specs import ArraySpec  # pylint: disable=g-import-not-at-top
+
+  assert evaluate.is_image(ArraySpec((84, 84), "uint8"))
+  assert evaluate.is_image(ArraySpec((84, 84, 1), np.uint8))
+  assert evaluate.is_image(ArraySpec((64, 64, 3), "uint8"))
+  assert not evaluate.is_image(ArraySpec((84, 84, 4), "uint8"))
+  assert not evaluate.is_image(ArraySpec((84, 84), "float32"))

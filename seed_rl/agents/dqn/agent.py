@@ -58,7 +58,7 @@ class DQNAgent(Agent):
     frame_stack_shape = None
     if cfg.store_frames_once:
       shape = observation_spec.shape
-      if observation_spec.dtype != np.uint8 or len(shape) != 3:
+      if observation_spec.dtype != "uint8" or len(shape) != 3:
         raise ValueError(
           "DQNConfig.store_frames_once needs stacked uint8 frames [H, W, k] "
           f"(Atari, LearnerConfig.frame_stack), got "
