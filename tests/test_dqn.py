@@ -589,8 +589,10 @@ def test_bad_unroll_rejected():
 
 def test_atari_frames_stored_once_through_the_agent():
   """A uint8 [H, W, k] spec as the wire gives it (dtype by name, as every
-  ArraySpec holds it): the agent keeps frames once and trains on rebuilt
-  stacks (the defaults of seed_rl/atari/gin/dqn.gin)."""
+  ArraySpec holds it) with store_frames_once (seed_rl/atari/gin/dqn.gin):
+  the agent starts, its replay holds frame blocks instead of stacks, and a
+  train step on them is finite. That rebuilt stacks equal the originals is
+  tested on TransitionReplay itself (test_frames.py)."""
 
   def flat_torso():
     return keras.Sequential(
