@@ -243,7 +243,7 @@ def _create_agent(
     ):
       raise ValueError(
         f"LearnerConfig.training_devices is not supported by the "
-        f"'{name}' agent (only vtrace trains on several devices); "
+        f"'{name}' agent (it trains on one device only); "
         "unset it to train on one device"
       )
     placement = devices.resolve(

@@ -22,6 +22,7 @@ Used by V-trace (SUPPORTS_TRAINING_DEVICES); an agent whose training step is
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Sequence
 
 import tensorflow as tf
@@ -89,3 +90,100 @@ def compile_train_fn(
       )
 
   return train_fn
+
+
+# ---- replay agents: per-item outputs, several updates per step --------------
+# DQN, R2D2, SAC and TD3 (seed_rl/agents/off_policy.py) do not fit
+# `compile_train_fn`: their batch is a replay sample whose per-item results
+# (DQN's and R2D2's new priorities) go back to the replay in the sampled
+# order, and SAC and TD3 make several updates in one learner step (critics;
+# then actor and temperature reading the critics just updated; then the
+# target networks). So each update calls `run_sharded` in cross-replica
+# context and applies its optimizer there (Optimizer.apply_gradients writes
+# every device's copy). The same code runs on one device (strategy None: no
+# split), so the two differ only in where the loss runs. Random numbers (SAC
+# and TD3 action noise, NoisyNet noise) are drawn for the whole batch in
+# cross-replica context and split with it, so every item gets the noise it
+# gets on one device; target networks are assigned in cross-replica context,
+# which writes the same value to every copy.
+
+
+def training_scope(strategy: tf.distribute.Strategy | None) -> Any:
+  """`strategy.scope()`: variables built inside are mirrored on every
+  training device (weights, optimizer slots); none without a strategy."""
+  return strategy.scope() if strategy is not None else contextlib.nullcontext()
+
+
+def device_scope(device: str | None) -> Any:
+  """`tf.device(device)` (acting on LearnerConfig.inference_device reads
+  that device's copy of mirrored weights), or none."""
+  return tf.device(device) if device else contextlib.nullcontext()
+
+
+def run_sharded(
+  strategy: tf.distribute.Strategy | None,
+  loss_and_gradients: Callable[
+    ..., tuple[Sequence[Any], learning.Metrics, Any]
+  ],
+  args: Sequence[Any],
+  variables: Sequence[Any],
+  batch_axes: int | Sequence[int] = 0,
+) -> tuple[list[Any], list[tf.Tensor], learning.Metrics, Any]:
+  """`loss_and_gradients(*args)` over the whole batch, on one device or
+  split over the replicas of `strategy`.
+
+  loss_and_gradients returns the gradients of `variables` of a loss that is
+  a mean over its batch's items, metrics that are such means too, and a nest
+  of per-item outputs [B, ...] (() if none). An importance-weighted loss
+  must be mean_b(w_b l_b) with w normalised over the whole sample (as the
+  replays do): then, the shards being equal in size, the mean of the shards'
+  losses (and gradients) is the full batch's; a normalisation inside the
+  loss (sum_b w_b l_b / sum_b w_b) would not merge.
+
+  With a strategy every arg (a tensor or a nest of them) is split along its
+  batch axis (`batch_axes`: one for all args, or one per arg) into equal
+  contiguous shards, shard i on replica i; the gradients and metrics are
+  MEAN all-reduced and the per-item outputs concatenated in replica order,
+  i.e. the batch's order. Call in cross-replica context under
+  `strategy.scope()`, with variables built there.
+
+  Returns:
+    The gradients to apply (Mirrored under a strategy: one identical copy
+    per device, for Optimizer.apply_gradients), one device's copy of them
+    (for grad/* norms), the metrics and the per-item outputs [B, ...].
+  """
+  if strategy is None:
+    gradients, metrics, per_item = loss_and_gradients(*args)
+    return list(gradients), list(gradients), metrics, per_item
+  n = strategy.num_replicas_in_sync
+  axes = (
+    [batch_axes] * len(args)
+    if isinstance(batch_axes, int)
+    else list(batch_axes)
+  )
+
+  def shard(context):
+    i = context.replica_id_in_sync_group
+    return tuple(
+      tf.nest.map_structure(
+        lambda x, axis=axis: tf.split(x, n, axis=axis)[i], arg
+      )
+      for arg, axis in zip(args, axes, strict=True)
+    )
+
+  mean = tf.distribute.ReduceOp.MEAN
+  shards = strategy.experimental_distribute_values_from_function(shard)
+  gradients, metrics, per_item = strategy.run(loss_and_gradients, args=shards)
+  mirrored = [optimizers.tf_variable(v) for v in variables]
+  gradients = strategy.extended.batch_reduce_to(
+    mean, list(zip(gradients, mirrored, strict=True))
+  )
+  metrics = {
+    name: strategy.reduce(mean, value, axis=None)
+    for name, value in metrics.items()
+  }
+  per_item = tf.nest.map_structure(
+    lambda x: strategy.gather(x, axis=0), per_item
+  )
+  first = [strategy.experimental_local_results(g)[0] for g in gradients]
+  return gradients, first, metrics, per_item

@@ -13,16 +13,34 @@ step of a training env), kept in a checkpointed variable: the count is exact
 whatever the number of envs and evaluation actors, and a resumed run does not
 start acting randomly again. It trails the env steps by at most one unroll
 per env.
+
+With LearnerConfig.training_devices each update of a learner step (critics,
+actor, temperature) runs on every device's shard of the batch and applies its
+optimizer once to every copy (seed_rl/agents/multi_device.py, `run_sharded`);
+the networks, log alpha and the optimizers' slots are mirrored, the step and
+env-step counters and the random generators are not (the training noise is
+drawn for the whole batch and split with it).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import (
+  Any,
+  Callable,
+  Dict,
+  List,
+  Mapping,
+  Optional,
+  Sequence,
+  Tuple,
+)
 
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents import multi_device
 from seed_rl.common import agent_api
+from seed_rl.common import devices
 from seed_rl.common import diagnostics
 from seed_rl.common import optimizers
 from seed_rl.common import transitions
@@ -64,11 +82,13 @@ class OffPolicyAgent(Agent):
   """Replay, random phase, acting and the learner step of SAC and TD3.
 
   Subclasses set `config`, `box` (networks.BoxScaling), `action_size`,
+  call `_init_placement(config_name)`, then inside `_training_scope()` set
   `_critics` and `_target_critics`, `_critic_variables` (theirs, trained by
   `_critic_optimizer`), `_optimizers` (every optimizer, the critics' first),
-  call `_init_replay(num_envs)`, and build `_act_fn` and `_train_fns`
-  ({True: with the actor update, False: critics only}) from the pieces
-  below.
+  then call `_init_replay(num_envs)` (outside that scope), and build
+  `_act_fn` (acting inside `_inference_scope()`) and `_train_fns` ({True:
+  with the actor update, False: critics only}, each step inside
+  `_training_scope()`) from the pieces below.
   """
 
   config: Any
@@ -81,6 +101,29 @@ class OffPolicyAgent(Agent):
   _optimizers: Tuple[optimizers.Optimizer, ...]
   _act_fn: Any
   _train_fns: Dict[bool, Any]
+  # The learner's devices (seed_rl/common/devices.py; `_init_placement`).
+  _placement = devices.Placement()
+
+  def _init_placement(self, config_name: str) -> None:
+    """Takes the learner's placement; with training devices the batch
+    must split into equal shards, one per device."""
+    self._placement = devices.current()
+    if self._placement.strategy is not None:
+      devices.shard_size(
+        self.config.batch_size, self._placement, f"{config_name}.batch_size"
+      )
+
+  @property
+  def _strategy(self) -> Optional[tf.distribute.Strategy]:
+    return self._placement.strategy
+
+  def _training_scope(self) -> Any:
+    """Variables built inside are mirrored on every training device."""
+    return multi_device.training_scope(self._strategy)
+
+  def _inference_scope(self) -> Any:
+    """Acting on LearnerConfig.inference_device, if set."""
+    return multi_device.device_scope(self._placement.inference_device)
 
   def _init_replay(self, num_envs: int) -> None:
     cfg = self.config
@@ -222,31 +265,48 @@ class OffPolicyAgent(Agent):
 
   def _critic_update(
     self,
-    observation: tf.Tensor,
-    action: tf.Tensor,
-    target: tf.Tensor,
+    batch: Sequence[tf.Tensor],
+    noise: tf.Tensor,
+    critic_target: Callable[..., tf.Tensor],
     critic_loss: Callable[[List[tf.Tensor], tf.Tensor], tf.Tensor],
   ) -> Tuple[List[tf.Tensor], Dict[str, tf.Tensor]]:
     """One step of the critics' optimizer on critic_loss([Q_j(s, a)], y).
 
-    Returns the critics' gradients and metrics 'loss/critic', 'q/mean' (of
-    the critics' mean), 'q/target_mean' and 'q/td_error' (mean over critics
-    of |y - Q_j|).
+    Args:
+      batch: the train_fn arguments (observation, action, return, discount,
+        next_observation), each [B, ...].
+      noise: [B, A] N(0, I) for the target's next actions.
+      critic_target: (return, discount, next_observation, noise) -> y [B].
+      critic_loss: a mean over the batch (split over training devices).
+
+    Returns the critics' gradients (for grad/* norms) and metrics
+    'loss/critic', 'q/mean' (of the critics' mean), 'q/target_mean' and
+    'q/td_error' (mean over critics of |y - Q_j|).
     """
     variables = self._critic_variables
-    with tf.GradientTape() as tape:
-      q = [critic(observation, action) for critic in self._critics]
-      loss = critic_loss(q, target)
-    gradients = tape.gradient(loss, variables)
+
+    def loss_and_gradients(
+      observation, action, returns, discount, next_observation, noise
+    ):
+      target = critic_target(returns, discount, next_observation, noise)
+      with tf.GradientTape() as tape:
+        q = [critic(observation, action) for critic in self._critics]
+        loss = critic_loss(q, target)
+      metrics = {
+        "loss/critic": loss,
+        "q/mean": tf.reduce_mean(tf.add_n(q) / len(q)),
+        "q/target_mean": tf.reduce_mean(target),
+        "q/td_error": tf.reduce_mean(
+          tf.add_n([tf.abs(target - qj) for qj in q]) / len(q)
+        ),
+      }
+      return tape.gradient(loss, variables), metrics, ()
+
+    gradients, norm_gradients, metrics, _ = multi_device.run_sharded(
+      self._strategy, loss_and_gradients, (*batch, noise), variables
+    )
     self._critic_optimizer.apply_gradients(zip(gradients, variables))
-    return list(gradients), {
-      "loss/critic": loss,
-      "q/mean": tf.reduce_mean(tf.add_n(q) / len(q)),
-      "q/target_mean": tf.reduce_mean(target),
-      "q/td_error": tf.reduce_mean(
-        tf.add_n([tf.abs(target - qj) for qj in q]) / len(q)
-      ),
-    }
+    return norm_gradients, metrics
 
   def _finish_train_step(
     self, metrics, total_loss, gradients, variables

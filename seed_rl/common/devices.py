@@ -6,13 +6,14 @@ both inference and training on its default device (GPU:0 if there is one,
 else the CPU), with no tf.distribute in the way.
 
 With `training_devices = ('GPU:0', 'GPU:1', ...)` an agent that supports it
-(V-trace) creates its network and optimizer variables under a
+(its module sets SUPPORTS_TRAINING_DEVICES: V-trace, DQN, R2D2, SAC, TD3)
+creates its network and optimizer variables under a
 `tf.distribute.MirroredStrategy` over those devices, so every device holds
-a copy of the weights, and each training step splits the batch [T, B] along
-B into equal shards, one per device; inference runs on one device
+a copy of the weights, and each training step splits the batch along B into
+equal shards, one per device; inference runs on one device
 (`inference_device`, default the first training device). See
-`VtraceAgent._make_distributed_train_fn` and `Optimizer.apply_gradients`
-for how the update stays equal to the single-device update.
+seed_rl/agents/multi_device.py and `Optimizer.apply_gradients` for how the
+update stays equal to the single-device update.
 
 The learner (`learner_main`) resolves the names once, logs the placement,
 and builds the agent inside `use(placement)`; agents read `current()`.

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents import multi_device
 from seed_rl.agents import off_policy
 from seed_rl.agents.dqn import loss as loss_lib
 from seed_rl.agents.dqn import networks
@@ -24,6 +25,7 @@ from seed_rl.agents.dqn import targets as targets_lib
 from seed_rl.agents.dqn.config import DQNConfig
 from seed_rl.agents.r2d2 import exploration
 from seed_rl.common import agent_api
+from seed_rl.common import devices
 from seed_rl.common import optimizers
 from seed_rl.common import replay as replay_lib
 from seed_rl.common import schedules
@@ -32,6 +34,11 @@ from seed_rl.common import transitions
 from seed_rl.common import value_rescaling
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.specs import ArraySpec
+
+# Trains on several devices when LearnerConfig.training_devices is set: the
+# sampled batch is split along B (seed_rl/agents/multi_device.py,
+# `run_sharded`).
+SUPPORTS_TRAINING_DEVICES = True
 
 
 class DQNAgent(Agent):
@@ -49,12 +56,22 @@ class DQNAgent(Agent):
     cfg = self.config = config if config is not None else DQNConfig()
     self.unroll_length = cfg.unroll_length
     self.unroll_overlap = cfg.unroll_overlap
-    self._online = self._make_network("dqn_online")
-    self._target = self._make_network("dqn_target")
-    self._optimizer = learning.adam(
-      cfg, cfg.learning_rate, self._online.trainable_variables
-    )
-    self._step_counter = optimizers.learner_step_counter()
+    # The learner's devices (default: TF's one device, no strategy).
+    self._placement = devices.current()
+    strategy = self._placement.strategy
+    if strategy is not None:
+      devices.shard_size(
+        cfg.batch_size, self._placement, "DQNConfig.batch_size"
+      )
+    # Both networks (NoisyNet noise included), the optimizer's slots and the
+    # step counter are mirrored on every training device under a strategy.
+    with multi_device.training_scope(strategy):
+      self._online = self._make_network("dqn_online")
+      self._target = self._make_network("dqn_target")
+      self._optimizer = learning.adam(
+        cfg, cfg.learning_rate, self._online.trainable_variables
+      )
+      self._step_counter = optimizers.learner_step_counter()
     frame_stack_shape = None
     if cfg.store_frames_once:
       shape = observation_spec.shape
@@ -242,7 +259,8 @@ class DQNAgent(Agent):
   # ---- compiled functions ------------------------------------------------
 
   def _sync_target(self) -> None:
-    """Copies the online weights (not the NoisyNet noise) to the target."""
+    """Copies the online weights (not the NoisyNet noise) to the target
+    (every device's copy: an assignment outside a replica context)."""
     target_network.hard_update(
       self._online.trainable_variables, self._target.trainable_variables
     )
@@ -250,14 +268,16 @@ class DQNAgent(Agent):
   def _make_act_fn(self):
     obs_spec = self.observation_spec
     online, noisy = self._online, self.config.noisy is not None
+    device = self._placement.inference_device
 
     @tf.function(
       input_signature=[tf.TensorSpec((None,) + obs_spec.shape, obs_spec.dtype)]
     )
     def act_fn(observation):
-      q = online(observation)
-      q_greedy = online(observation, deterministic=True) if noisy else q
-      return q, q_greedy
+      with multi_device.device_scope(device):
+        q = online(observation)
+        q_greedy = online(observation, deterministic=True) if noisy else q
+        return q, q_greedy
 
     return act_fn
 
@@ -268,30 +288,21 @@ class DQNAgent(Agent):
     online, target = self._online, self._target
     optimizer, step_counter = self._optimizer, self._step_counter
     noisy = cfg.noisy is not None
+    strategy = self._placement.strategy
 
-    @tf.function(
-      input_signature=[
-        obs_signature,
-        tf.TensorSpec([b], tf.int32),
-        tf.TensorSpec([b], tf.float32),
-        tf.TensorSpec([b], tf.float32),
-        obs_signature,
-        tf.TensorSpec([b], tf.float32),
-      ]
-    )
-    def train_fn(
+    def loss_and_gradients(
       observation, action, returns, discount, next_observation, weights
     ):
-      if noisy:
-        # Fresh noise per learner step, independent for the two networks.
-        online.reset_noise()
-        target.reset_noise()
+      """Gradients of the importance-weighted mean TD loss over this batch
+      (one device's shard of it with training devices), metrics, TD
+      errors [B]."""
+      n = tf.shape(observation)[0]
       variables = online.trainable_variables
       target_q_next = target(next_observation)
       with tf.GradientTape() as tape:
         # One pass over s and s' (same noise sample, half the calls).
         q_all = online(tf.concat([observation, next_observation], axis=0))
-        q, online_q_next = q_all[:b], q_all[b:]
+        q, online_q_next = q_all[:n], q_all[n:]
         target_value = targets_lib.transition_targets(
           returns,
           discount,
@@ -308,11 +319,35 @@ class DQNAgent(Agent):
           weights,
           huber_delta=cfg.huber_delta if cfg.huber_loss else None,
         )
-      gradients = tape.gradient(loss, variables)
-      learning.apply_update(
-        optimizer, gradients, variables, metrics, step_counter
-      )
-      return td_error, metrics
+      return tape.gradient(loss, variables), metrics, td_error
+
+    @tf.function(
+      input_signature=[
+        obs_signature,
+        tf.TensorSpec([b], tf.int32),
+        tf.TensorSpec([b], tf.float32),
+        tf.TensorSpec([b], tf.float32),
+        obs_signature,
+        tf.TensorSpec([b], tf.float32),
+      ]
+    )
+    def train_fn(*batch):
+      """observation, action, return, discount, next_observation and
+      importance weights [B] -> TD errors [B] (in batch order), metrics."""
+      with multi_device.training_scope(strategy):
+        if noisy:
+          # Fresh noise per learner step, independent for the two networks
+          # (drawn once, outside the replicas: every copy gets the same).
+          online.reset_noise()
+          target.reset_noise()
+        variables = online.trainable_variables
+        gradients, norm_gradients, metrics, td_error = multi_device.run_sharded(
+          strategy, loss_and_gradients, batch, variables
+        )
+        learning.apply_update(
+          optimizer, gradients, variables, metrics, step_counter, norm_gradients
+        )
+        return td_error, metrics
 
     return train_fn
 

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents import multi_device
 from seed_rl.agents.r2d2 import exploration
 from seed_rl.common import frames as frames_lib
 from seed_rl.agents.r2d2 import loss as loss_lib
@@ -25,6 +26,7 @@ from seed_rl.agents.r2d2 import networks
 from seed_rl.agents.r2d2 import targets as targets_lib
 from seed_rl.agents.r2d2.config import R2D2Config
 from seed_rl.common import agent_api
+from seed_rl.common import devices
 from seed_rl.common import optimizers
 from seed_rl.common import target_network
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
@@ -34,6 +36,11 @@ from seed_rl.common.specs import ArraySpec
 # ActOutputs.extras / Unroll.extras name of Q(s_t, a_t) for the action taken
 # (after exploration), used for the initial priority of a sequence.
 Q_ACTION = "q_action"
+
+# Trains on several devices when LearnerConfig.training_devices is set: the
+# sampled sequences are split along B (seed_rl/agents/multi_device.py,
+# `run_sharded`).
+SUPPORTS_TRAINING_DEVICES = True
 
 
 class R2D2Agent(Agent):
@@ -56,18 +63,28 @@ class R2D2Agent(Agent):
     self.config = cfg = config if config is not None else R2D2Config()
     self.unroll_length = cfg.unroll_length
     self.unroll_overlap = cfg.unroll_overlap
+    # The learner's devices (default: TF's one device, no strategy).
+    self._placement = devices.current()
+    strategy = self._placement.strategy
+    if strategy is not None:
+      devices.shard_size(
+        cfg.batch_size, self._placement, "R2D2Config.batch_size"
+      )
     make_net = lambda name: networks.R2D2Network(
       cfg.torso, self._num_actions, cfg.lstm_units, cfg.head_hidden, name=name
     )
-    self._online = make_net("r2d2_online")
-    self._target = make_net("r2d2_target")
-    networks.build_network(self._online, observation_spec)
-    networks.build_network(self._target, observation_spec)
-    target_network.hard_update(self._online.weights, self._target.weights)
-    self._optimizer = learning.adam(
-      cfg, cfg.learning_rate, self._online.trainable_variables
-    )
-    self._step_counter = optimizers.learner_step_counter()
+    # Both networks, the optimizer's slots and the step counter are mirrored
+    # on every training device under a strategy.
+    with multi_device.training_scope(strategy):
+      self._online = make_net("r2d2_online")
+      self._target = make_net("r2d2_target")
+      networks.build_network(self._online, observation_spec)
+      networks.build_network(self._target, observation_spec)
+      target_network.hard_update(self._online.weights, self._target.weights)
+      self._optimizer = learning.adam(
+        cfg, cfg.learning_rate, self._online.trainable_variables
+      )
+      self._step_counter = optimizers.learner_step_counter()
     self._epsilons = exploration.per_env_epsilons(
       num_envs, cfg.epsilon_base, cfg.epsilon_alpha
     )
@@ -251,6 +268,7 @@ class R2D2Agent(Agent):
     priorities = priorities.numpy()
     self._replay.update_priorities(indices, priorities)
     if (step + 1) % cfg.target_update_period == 0:
+      # Outside a replica context: every device's copy is written.
       target_network.hard_update(self._online.weights, self._target.weights)
     result = {name: float(value) for name, value in metrics.items()}
     result.update(
@@ -296,11 +314,13 @@ class R2D2Agent(Agent):
       tf.TensorSpec([None, units], tf.float32),
     ]
     network = self._online
+    device = self._placement.inference_device
 
     @tf.function(input_signature=signature)
     def act_fn(observation, prev_action, reward, done, h, c):
-      q, (h, c) = network.step(observation, prev_action, reward, done, (h, c))
-      return q, h, c
+      with multi_device.device_scope(device):
+        q, (h, c) = network.step(observation, prev_action, reward, done, (h, c))
+        return q, h, c
 
     return act_fn
 
@@ -360,11 +380,12 @@ class R2D2Agent(Agent):
     ]
     online, target = self._online, self._target
     optimizer, step_counter = self._optimizer, self._step_counter
+    strategy = self._placement.strategy
 
-    @tf.function(input_signature=signature)
-    def train_fn(*args):
-      """One update on the fields of loss_lib.Sequences, then weights [B];
-      -> loss, priorities [B], metrics."""
+    def loss_and_gradients(*args):
+      """Gradients of the importance-weighted mean loss over these
+      sequences (one device's shard of them with training devices),
+      metrics with the loss as 'loss/td', priorities [B]."""
       seq, weights = loss_lib.Sequences(*args[:-1]), args[-1]
       variables = online.trainable_variables
       with tf.GradientTape() as tape:
@@ -379,11 +400,28 @@ class R2D2Agent(Agent):
           eta=cfg.priority_eta,
           rescaling_epsilon=cfg.value_rescaling_epsilon,
         )
-      gradients = tape.gradient(loss, variables)
-      learning.apply_update(
-        optimizer, gradients, variables, metrics, step_counter
-      )
-      return loss, priorities, metrics
+      metrics["loss/td"] = loss
+      return tape.gradient(loss, variables), metrics, priorities
+
+    # Time-major [T+1, B] fields split along axis 1; the start core states
+    # and the weights, [B, ...], along axis 0.
+    batch_axes = (1,) * (len(signature) - 2) + (0, 0)
+
+    @tf.function(input_signature=signature)
+    def train_fn(*args):
+      """One update on the fields of loss_lib.Sequences, then weights [B];
+      -> loss, priorities [B] (in batch order), metrics."""
+      with multi_device.training_scope(strategy):
+        variables = online.trainable_variables
+        gradients, norm_gradients, metrics, priorities = (
+          multi_device.run_sharded(
+            strategy, loss_and_gradients, args, variables, batch_axes
+          )
+        )
+        learning.apply_update(
+          optimizer, gradients, variables, metrics, step_counter, norm_gradients
+        )
+        return metrics["loss/td"], priorities, metrics
 
     return train_fn
 

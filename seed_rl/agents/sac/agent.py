@@ -14,7 +14,9 @@ policy and the temperature, then Polyak-averages the target critics. One
 learner step is one compiled graph call.
 
 Replay, the random phase, acting and the learner step are shared with TD3
-(seed_rl.agents.off_policy).
+(seed_rl.agents.off_policy), and so is training on several devices
+(LearnerConfig.training_devices): each of the critic, policy and
+temperature updates runs on every device's shard of the batch.
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
+from seed_rl.agents import multi_device
 from seed_rl.agents import off_policy
 from seed_rl.agents.sac import loss as loss_lib
 from seed_rl.agents.sac import networks
 from seed_rl.agents.sac.config import SACConfig
 from seed_rl.common import target_network
 from seed_rl.common.specs import ArraySpec
+
+# Trains on several devices when LearnerConfig.training_devices is set (see
+# seed_rl/agents/off_policy.py and seed_rl/agents/multi_device.py).
+SUPPORTS_TRAINING_DEVICES = True
 
 
 class SACAgent(off_policy.OffPolicyAgent):
@@ -51,22 +58,25 @@ class SACAgent(off_policy.OffPolicyAgent):
       if cfg.target_entropy is not None
       else -float(self.action_size)
     )
-    self._build_networks()
-    self._log_alpha = tf.Variable(
-      math.log(cfg.initial_temperature),
-      dtype=tf.float32,
-      trainable=cfg.learn_temperature,
-      name="log_alpha",
-    )
+    self._init_placement("SACConfig")
+    # Mirrored on every training device under a strategy.
+    with self._training_scope():
+      self._build_networks()
+      self._log_alpha = tf.Variable(
+        math.log(cfg.initial_temperature),
+        dtype=tf.float32,
+        trainable=cfg.learn_temperature,
+        name="log_alpha",
+      )
 
-    self._critic_optimizer = self._adam(
-      cfg.learning_rate, self._critic_variables
-    )
-    self._actor_optimizer = self._adam(
-      cfg.policy_learning_rate, self._policy.trainable_variables
-    )
-    # CleanRL and softlearning step the temperature at the critics' rate.
-    self._alpha_optimizer = self._adam(cfg.learning_rate, [self._log_alpha])
+      self._critic_optimizer = self._adam(
+        cfg.learning_rate, self._critic_variables
+      )
+      self._actor_optimizer = self._adam(
+        cfg.policy_learning_rate, self._policy.trainable_variables
+      )
+      # CleanRL and softlearning step the temperature at the critics' rate.
+      self._alpha_optimizer = self._adam(cfg.learning_rate, [self._log_alpha])
     self._optimizers = (
       self._critic_optimizer,
       self._actor_optimizer,
@@ -144,21 +154,22 @@ class SACAgent(off_policy.OffPolicyAgent):
     @tf.function(input_signature=self._act_signature())
     def act_fn(observation, eval_mask, random_phase):
       """-> action [B, A] in [-1, 1], soft value [B]."""
-      mean, log_std = policy(observation)
-      sampled, log_prob = loss_lib.sample_action(
-        mean, log_std, generator.normal(tf.shape(mean))
-      )
-      # V(s) = E_a~pi[min_j Q_j(s, a) - alpha log pi(a|s)], one sample.
-      value = (
-        tf.minimum(
-          critic_1(observation, sampled), critic_2(observation, sampled)
+      with self._inference_scope():
+        mean, log_std = policy(observation)
+        sampled, log_prob = loss_lib.sample_action(
+          mean, log_std, generator.normal(tf.shape(mean))
         )
-        - tf.exp(log_alpha) * log_prob
-      )
-      action = self._behaviour_action(
-        tf.tanh(mean), sampled, random_phase, eval_mask
-      )
-      return action, value
+        # V(s) = E_a~pi[min_j Q_j(s, a) - alpha log pi(a|s)], one sample.
+        value = (
+          tf.minimum(
+            critic_1(observation, sampled), critic_2(observation, sampled)
+          )
+          - tf.exp(log_alpha) * log_prob
+        )
+        action = self._behaviour_action(
+          tf.tanh(mean), sampled, random_phase, eval_mask
+        )
+        return action, value
 
     return act_fn
 
@@ -166,41 +177,43 @@ class SACAgent(off_policy.OffPolicyAgent):
     """One learner step: critics, then `actor_updates` policy (and
     temperature) updates on the same batch, then the target critics."""
     cfg = self.config
+    b, a = cfg.batch_size, self.action_size
     policy_variables = self._policy.trainable_variables
 
     @tf.function(input_signature=self._train_signature())
-    def train_fn(observation, action, returns, discount, next_observation):
-      alpha = tf.exp(self._log_alpha)
-      target = self._soft_q_target(returns, discount, next_observation, alpha)
-      critic_grads, metrics = self._critic_update(
-        observation,
-        action,
-        target,
-        lambda q, y: loss_lib.critic_loss(q[0], q[1], y),
-      )
-      total_loss = metrics["loss/critic"]
-      grads, variables = critic_grads, list(self._critic_variables)
-      for _ in range(actor_updates):
-        actor_grads, alpha = self._actor_update(observation, alpha, metrics)
-      if actor_updates:
-        total_loss += metrics["loss/actor"] + metrics["loss/temperature"]
-        grads += actor_grads
-        variables += list(policy_variables)
-      target_network.soft_update(
-        self._critic_variables, self._target_variables, cfg.tau
-      )
-      metrics["sac/temperature"] = tf.exp(self._log_alpha)
-      return self._finish_train_step(metrics, total_loss, grads, variables)
+    def train_fn(*batch):
+      """batch: observation, action, return, discount, next_observation."""
+      with self._training_scope():
+        critic_grads, metrics = self._critic_update(
+          batch,
+          self._train_generator.normal([b, a]),
+          self._soft_q_target,
+          lambda q, y: loss_lib.critic_loss(q[0], q[1], y),
+        )
+        total_loss = metrics["loss/critic"]
+        grads, variables = critic_grads, list(self._critic_variables)
+        for _ in range(actor_updates):
+          actor_grads, actor_metrics = self._actor_update(batch[0])
+          metrics.update(actor_metrics)
+        if actor_updates:
+          total_loss += metrics["loss/actor"] + metrics["loss/temperature"]
+          grads += actor_grads
+          variables += list(policy_variables)
+        target_network.soft_update(
+          self._critic_variables, self._target_variables, cfg.tau
+        )
+        metrics["sac/temperature"] = tf.exp(self._log_alpha)
+        return self._finish_train_step(metrics, total_loss, grads, variables)
 
     return train_fn
 
-  def _soft_q_target(self, returns, discount, next_observation, alpha):
-    """y [B] = R + d (min_j Q'_j(s', a') - alpha log pi(a'|s')), a' ~ pi."""
-    b, a = self.config.batch_size, self.action_size
+  def _soft_q_target(self, returns, discount, next_observation, noise):
+    """y [B] = R + d (min_j Q'_j(s', a') - alpha log pi(a'|s')), a' ~ pi
+    from noise [B, A] ~ N(0, I); alpha as it is now."""
     target_1, target_2 = self._target_critics
     next_mean, next_log_std = self._policy(next_observation)
     next_action, next_log_prob = loss_lib.sample_action(
-      next_mean, next_log_std, self._train_generator.normal([b, a])
+      next_mean, next_log_std, noise
     )
     return loss_lib.soft_q_target(
       returns,
@@ -208,44 +221,61 @@ class SACAgent(off_policy.OffPolicyAgent):
       target_1(next_observation, next_action),
       target_2(next_observation, next_action),
       next_log_prob,
-      alpha,
+      tf.exp(self._log_alpha),
     )
 
-  def _actor_update(self, observation, alpha, metrics):
-    """One policy step and (learn_temperature) one temperature step.
+  def _actor_update(self, observation):
+    """One policy step and (learn_temperature) one temperature step, both
+    on the log pi of one sample per state, with alpha as it is before them.
 
-    Adds 'loss/actor', 'loss/temperature' and 'policy/entropy' to
-    `metrics`; returns the policy's gradients and alpha after the step.
+    Returns the policy's gradients (for grad/* norms) and metrics
+    'loss/actor', 'loss/temperature' and 'policy/entropy'.
     """
     cfg, b, a = self.config, self.config.batch_size, self.action_size
     policy, (critic_1, critic_2) = self._policy, self._critics
-    policy_variables = policy.trainable_variables
+    policy_variables = list(policy.trainable_variables)
     log_alpha = self._log_alpha
-    with tf.GradientTape() as tape:
-      mean, log_std = policy(observation)
-      new_action, log_prob = loss_lib.sample_action(
-        mean, log_std, self._train_generator.normal([b, a])
-      )
-      actor_loss = loss_lib.policy_loss(
-        critic_1(observation, new_action),
-        critic_2(observation, new_action),
-        log_prob,
-        alpha,
-      )
-    actor_grads = tape.gradient(actor_loss, policy_variables)
-    self._actor_optimizer.apply_gradients(zip(actor_grads, policy_variables))
-    with tf.GradientTape() as tape:
-      temperature_loss = loss_lib.temperature_loss(
-        log_alpha, log_prob, self.target_entropy
-      )
-    if cfg.learn_temperature:
-      alpha_grads = tape.gradient(temperature_loss, [log_alpha])
-      self._alpha_optimizer.apply_gradients(zip(alpha_grads, [log_alpha]))
+    learned = [log_alpha] if cfg.learn_temperature else []
+
+    def loss_and_gradients(observation, noise):
       alpha = tf.exp(log_alpha)
-    metrics["loss/actor"] = actor_loss
-    metrics["loss/temperature"] = temperature_loss
-    metrics["policy/entropy"] = -tf.reduce_mean(log_prob)
-    return list(actor_grads), alpha
+      with tf.GradientTape() as tape:
+        mean, log_std = policy(observation)
+        new_action, log_prob = loss_lib.sample_action(mean, log_std, noise)
+        actor_loss = loss_lib.policy_loss(
+          critic_1(observation, new_action),
+          critic_2(observation, new_action),
+          log_prob,
+          alpha,
+        )
+      gradients = list(tape.gradient(actor_loss, policy_variables))
+      with tf.GradientTape() as tape:
+        temperature_loss = loss_lib.temperature_loss(
+          log_alpha, log_prob, self.target_entropy
+        )
+      if learned:
+        gradients += tape.gradient(temperature_loss, learned)
+      metrics = {
+        "loss/actor": actor_loss,
+        "loss/temperature": temperature_loss,
+        "policy/entropy": -tf.reduce_mean(log_prob),
+      }
+      return gradients, metrics, ()
+
+    # The policy's noise for the whole batch, split with it.
+    noise = self._train_generator.normal([b, a])
+    gradients, norm_gradients, metrics, _ = multi_device.run_sharded(
+      self._strategy,
+      loss_and_gradients,
+      (observation, noise),
+      policy_variables + learned,
+    )
+    k = len(policy_variables)
+    self._actor_optimizer.apply_gradients(zip(gradients[:k], policy_variables))
+    if learned:
+      # The temperature's gradient does not depend on the policy step.
+      self._alpha_optimizer.apply_gradients(zip(gradients[k:], learned))
+    return norm_gradients[:k], metrics
 
 
 def create_agent(

@@ -13,7 +13,9 @@ updates the critics every learner step and, on steps divisible by
 learner step is one compiled graph call.
 
 Replay, the random phase, acting and the learner step are shared with SAC
-(seed_rl.agents.off_policy).
+(seed_rl.agents.off_policy), and so is training on several devices
+(LearnerConfig.training_devices): the critic and actor updates each run on
+every device's shard of the batch.
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
+from seed_rl.agents import multi_device
 from seed_rl.agents import off_policy
 from seed_rl.agents.td3 import loss as loss_lib
 from seed_rl.agents.td3 import networks
 from seed_rl.agents.td3.config import TD3Config
 from seed_rl.common import target_network
 from seed_rl.common.specs import ArraySpec
+
+# Trains on several devices when LearnerConfig.training_devices is set (see
+# seed_rl/agents/off_policy.py and seed_rl/agents/multi_device.py).
+SUPPORTS_TRAINING_DEVICES = True
 
 
 class TD3Agent(off_policy.OffPolicyAgent):
@@ -60,31 +67,36 @@ class TD3Agent(off_policy.OffPolicyAgent):
       networks.build(network, observation_spec, self.action_size)
       return network
 
-    self._actor = actor("td3_actor")
-    self._target_actor = actor("td3_target_actor")
-    num_critics = 2 if cfg.twin_critics else 1
-    self._critics = [critic(f"td3_critic_{i + 1}") for i in range(num_critics)]
-    self._target_critics = [
-      critic(f"td3_target_critic_{i + 1}") for i in range(num_critics)
-    ]
-    self._critic_variables = [
-      v for c in self._critics for v in c.trainable_variables
-    ]
-    # Online -> target pairs, actor first: what one Polyak update moves.
-    self._online_variables = (
-      list(self._actor.trainable_variables) + self._critic_variables
-    )
-    self._target_variables = list(self._target_actor.trainable_variables) + [
-      v for c in self._target_critics for v in c.trainable_variables
-    ]
-    target_network.hard_update(self._online_variables, self._target_variables)
+    self._init_placement("TD3Config")
+    # Mirrored on every training device under a strategy.
+    with self._training_scope():
+      self._actor = actor("td3_actor")
+      self._target_actor = actor("td3_target_actor")
+      num_critics = 2 if cfg.twin_critics else 1
+      self._critics = [
+        critic(f"td3_critic_{i + 1}") for i in range(num_critics)
+      ]
+      self._target_critics = [
+        critic(f"td3_target_critic_{i + 1}") for i in range(num_critics)
+      ]
+      self._critic_variables = [
+        v for c in self._critics for v in c.trainable_variables
+      ]
+      # Online -> target pairs, actor first: what one Polyak update moves.
+      self._online_variables = (
+        list(self._actor.trainable_variables) + self._critic_variables
+      )
+      self._target_variables = list(self._target_actor.trainable_variables) + [
+        v for c in self._target_critics for v in c.trainable_variables
+      ]
+      target_network.hard_update(self._online_variables, self._target_variables)
 
-    self._critic_optimizer = self._adam(
-      cfg.learning_rate, self._critic_variables
-    )
-    self._actor_optimizer = self._adam(
-      cfg.policy_learning_rate, self._actor.trainable_variables
-    )
+      self._critic_optimizer = self._adam(
+        cfg.learning_rate, self._critic_variables
+      )
+      self._actor_optimizer = self._adam(
+        cfg.policy_learning_rate, self._actor.trainable_variables
+      )
     self._optimizers = (self._critic_optimizer, self._actor_optimizer)
     self._init_replay(num_envs)
     self._act_fn = self._make_act_fn()
@@ -134,12 +146,14 @@ class TD3Agent(off_policy.OffPolicyAgent):
     @tf.function(input_signature=self._act_signature())
     def act_fn(observation, eval_mask, random_phase):
       """-> action [B, A] in [-1, 1], value [B]."""
-      mu = actor(observation)
-      value = self._min_q(critics, observation, mu)
-      noisy = loss_lib.exploration_action(
-        mu, generator.normal(tf.shape(mu)), cfg.exploration_noise
-      )
-      return self._behaviour_action(mu, noisy, random_phase, eval_mask), value
+      with self._inference_scope():
+        mu = actor(observation)
+        value = self._min_q(critics, observation, mu)
+        noisy = loss_lib.exploration_action(
+          mu, generator.normal(tf.shape(mu)), cfg.exploration_noise
+        )
+        action = self._behaviour_action(mu, noisy, random_phase, eval_mask)
+        return action, value
 
     return act_fn
 
@@ -150,42 +164,56 @@ class TD3Agent(off_policy.OffPolicyAgent):
     b, a = cfg.batch_size, self.action_size
     actor, target_actor = self._actor, self._target_actor
     critics, target_critics = self._critics, self._target_critics
-    actor_variables = self._actor.trainable_variables
+    actor_variables = list(self._actor.trainable_variables)
     generator = self._train_generator
 
-    @tf.function(input_signature=self._train_signature())
-    def train_fn(observation, action, returns, discount, next_observation):
+    def critic_target(returns, discount, next_observation, noise):
       next_action = loss_lib.smoothed_target_action(
-        target_actor(next_observation),
-        generator.normal([b, a]),
-        cfg.policy_noise,
-        cfg.noise_clip,
+        target_actor(next_observation), noise, cfg.policy_noise, cfg.noise_clip
       )
       next_q = [t(next_observation, next_action) for t in target_critics]
-      target = loss_lib.td3_target(returns, discount, *next_q)
-      critic_grads, metrics = self._critic_update(
-        observation,
-        action,
-        target,
-        lambda q, y: loss_lib.critic_loss(q[0], y, *q[1:]),
-      )
-      total_loss = metrics["loss/critic"]
-      grads, variables = critic_grads, list(self._critic_variables)
-      if update_actor:
-        with tf.GradientTape() as tape:
-          actor_loss = loss_lib.actor_loss(
-            critics[0](observation, actor(observation))
-          )
-        actor_grads = tape.gradient(actor_loss, actor_variables)
-        self._actor_optimizer.apply_gradients(zip(actor_grads, actor_variables))
-        target_network.soft_update(
-          self._online_variables, self._target_variables, cfg.tau
+      return loss_lib.td3_target(returns, discount, *next_q)
+
+    def actor_loss_and_gradients(observation):
+      with tf.GradientTape() as tape:
+        actor_loss = loss_lib.actor_loss(
+          critics[0](observation, actor(observation))
         )
-        metrics["loss/actor"] = actor_loss
-        total_loss += actor_loss
-        grads += list(actor_grads)
-        variables += list(actor_variables)
-      return self._finish_train_step(metrics, total_loss, grads, variables)
+      gradients = tape.gradient(actor_loss, actor_variables)
+      return gradients, {"loss/actor": actor_loss}, ()
+
+    @tf.function(input_signature=self._train_signature())
+    def train_fn(*batch):
+      """batch: observation, action, return, discount, next_observation."""
+      with self._training_scope():
+        critic_grads, metrics = self._critic_update(
+          batch,
+          # The smoothing noise for the whole batch, split with it.
+          generator.normal([b, a]),
+          critic_target,
+          lambda q, y: loss_lib.critic_loss(q[0], y, *q[1:]),
+        )
+        total_loss = metrics["loss/critic"]
+        grads, variables = critic_grads, list(self._critic_variables)
+        if update_actor:
+          # The critics just updated, on every shard of the states.
+          actor_grads, norm_grads, actor_metrics, _ = multi_device.run_sharded(
+            self._strategy,
+            actor_loss_and_gradients,
+            (batch[0],),
+            actor_variables,
+          )
+          self._actor_optimizer.apply_gradients(
+            zip(actor_grads, actor_variables)
+          )
+          target_network.soft_update(
+            self._online_variables, self._target_variables, cfg.tau
+          )
+          metrics.update(actor_metrics)
+          total_loss += actor_metrics["loss/actor"]
+          grads += norm_grads
+          variables += actor_variables
+        return self._finish_train_step(metrics, total_loss, grads, variables)
 
     return train_fn
 
