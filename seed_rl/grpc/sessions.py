@@ -59,6 +59,12 @@ class Session:
   # Wire bytes of int32 env ids in the order actors normally send them, so the
   # usual case is checked with one bytes comparison.
   env_ids_bytes: bytes = dataclasses.field(init=False, repr=False)
+  # What a well-formed StepRequest of this session looks like, built by
+  # validation.py on the session's first message so the next ones are checked
+  # with a few comparisons (validation owns its contents).
+  expected_layout: Any = dataclasses.field(
+    default=None, init=False, repr=False, compare=False
+  )
 
   def __post_init__(self):
     self.env_ids_bytes = np.arange(

@@ -2,14 +2,22 @@
 
 Every failure is a ValueError whose message names the field and what was
 expected; the server turns it into INVALID_ARGUMENT for that stream only.
-The happy path costs a few vectorised NumPy calls per field; messages that
-need lookups (who owns an env id) are built only on the error path.
+This runs for every message of every actor on the learner's hot thread, so it
+has two paths. The fast path (`_check_fast`) compares the whole message with
+the session's expected layout (`_Layout`, built once per session) by bytes and
+list comparisons, without NumPy calls on tiny arrays; it only ever accepts.
+Whatever it is not sure of (an error, but also e.g. permuted env ids or a
+large reward) goes to the detailed checks (`_check_in_detail`), which accept
+it or raise the error naming the field. Messages that need lookups (who owns
+an env id) are built only on the error path.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Optional
+import math
+import operator
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -208,11 +216,32 @@ def check_step_request(
     limits: largest accepted rewards and float observations.
 
   Returns:
-    The StepBatch; arrays are read-only views of the received bytes.
+    The StepBatch. Its arrays are read-only: views of the received bytes, or
+    constant arrays shared between batches where equal to them (empty fields,
+    all-false flags, the session's env ids in the usual order).
 
   Raises:
     ValueError naming the field and what was expected.
   """
+  layout = _layout_of(session, observation_spec, limits)
+  batch = _check_fast(request, layout, session)
+  if batch is not None:
+    return batch
+  return _check_in_detail(
+    request, observation_spec, session, num_envs_total, owner_of, limits
+  )
+
+
+def _check_in_detail(
+  request: seed_rl_pb2.StepRequest,
+  observation_spec: ArraySpec,
+  session: Session,
+  num_envs_total: int,
+  owner_of: Callable[[int], Optional[Session]],
+  limits: ValueLimits,
+) -> StepBatch:
+  """check_step_request field by field, so that the error names the first
+  wrong field; the arrays are views of the received bytes."""
   arrays = codec.decode_step_fields(request)
   num_truncated = _check_layout(arrays, observation_spec, session)
   env_ids = arrays["env_ids"]
@@ -308,3 +337,278 @@ def _check_values(
       limits.max_abs_observation,
       env_ids[truncated],
     )
+
+
+# --- fast path ---------------------------------------------------------------
+
+# The request's nine tensors in StepBatch field order, and getters that map()
+# applies to all nine: C loops, no bytecode per field.
+_TENSORS = operator.attrgetter(*codec.STEP_FIELDS)
+_DTYPE, _SHAPE, _DATA = (
+  operator.attrgetter(a) for a in ("dtype", "shape", "data")
+)
+_BOOL_BYTES = b"\x00\x01"
+_BOOL, _I32, _I64, _F32 = (
+  codec.WIRE_DTYPES[name] for name in ("bool", "int32", "int64", "float32")
+)
+
+
+def _safe_last_bytes(dtype: np.dtype, bound: float) -> bytes:
+  """The values of a little-endian float's last byte (its sign and top
+  exponent bits) for which every float ending in that byte is finite and at
+  most `bound` in magnitude.
+
+  A payload whose every `itemsize`-th byte is one of them holds only such
+  floats: one slice and one bytes.translate instead of NumPy calls, which cost
+  microseconds each on small arrays. Floats near the bound have other last
+  bytes and go to the detailed checks, which decide exactly.
+  """
+  # The largest magnitude ending in each byte: all lower bytes 0xff.
+  largest = np.frombuffer(
+    b"".join(b"\xff" * (dtype.itemsize - 1) + bytes([b]) for b in range(256)),
+    dtype,
+  ).astype(np.float64)
+  ok = np.isfinite(largest) & (np.abs(largest) <= bound)
+  return bytes(np.flatnonzero(ok).tolist())
+
+
+def _all_within(payload: bytes, itemsize: int, safe_last_bytes: bytes) -> bool:
+  """Whether every float in `payload` ends in one of `safe_last_bytes`."""
+  return not payload[itemsize - 1 :: itemsize].translate(None, safe_last_bytes)
+
+
+def _safe_observation_bytes(
+  dtype: np.dtype, limits: ValueLimits
+) -> Optional[bytes]:
+  """_Layout.safe_observation: what the detailed checks check by dtype."""
+  if dtype.kind == "f":
+    return _safe_last_bytes(dtype, limits.max_abs_observation)
+  return _BOOL_BYTES if dtype.kind == "b" else None
+
+
+def _wire_name(dtype: np.dtype) -> Optional[str]:
+  """The Tensor.dtype that decodes to exactly `dtype`; None (which no message
+  matches) when there is none."""
+  return dtype.name if codec.WIRE_DTYPES.get(dtype.name) == dtype else None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+  """A session's well-formed StepRequest, compared whole by the fast path.
+
+  Built once per session (again if the observation spec or limits change).
+  The tuples hold one entry per StepBatch field, in order.
+  """
+
+  observation_spec: ArraySpec
+  limits: ValueLimits
+  dtype_names: Tuple[Optional[str], ...]
+  shapes: Tuple[List[int], ...]  # lists: they compare equal to Tensor.shape
+  sizes: Tuple[int, ...]  # payload bytes
+  no_flags: bytes  # K false bools
+  # Every bit but bit 0 of each of K bytes read as an integer (negative: the
+  # bits beyond K bytes too).
+  not_flag_bits: int
+  observation_dtype: np.dtype
+  observation_rows: Tuple[int, ...]  # (K, *obs_shape)
+  # Last bytes of the floats within the limits (_safe_last_bytes); None for
+  # integer observations (not checked), b"\0\1" for bool ones.
+  safe_reward: bytes
+  safe_observation: Optional[bytes]
+  # Read-only arrays shared by the batches whose fields equal them.
+  env_ids: np.ndarray
+  false_flags: np.ndarray
+  no_final_observation: np.ndarray
+  no_episodes: Tuple[np.ndarray, np.ndarray]
+  # (truncated, ended) -> shapes_and_sizes(); at most (K + 1)^2 keys, as
+  # _count_ends counts flags within K bytes only.
+  _with_ends: Dict[Tuple[int, int], tuple] = dataclasses.field(
+    default_factory=dict
+  )
+
+  def built_for(self, observation_spec: ArraySpec, limits: ValueLimits) -> bool:
+    # The server passes the same two objects with every message.
+    if self.observation_spec is observation_spec and self.limits is limits:
+      return True
+    spec = self.observation_spec
+    return (spec.dtype, spec.shape, self.limits) == (
+      observation_spec.dtype,
+      observation_spec.shape,
+      limits,
+    )
+
+  def shapes_and_sizes(self, num_truncated: int, ended: int):
+    """Expected shapes and payload sizes; `shapes` and `sizes` are those of
+    a step where no env ended. When some did, the last three fields
+    (final_observation, episode_return, episode_length) grow."""
+    if not ended:
+      return self.shapes, self.sizes
+    key = (num_truncated, ended)
+    cached = self._with_ends.get(key)
+    if cached is None:
+      cached = self._with_ends[key] = self._grown(num_truncated, ended)
+    return cached
+
+  def _grown(self, num_truncated: int, ended: int):
+    row_shape = list(self.observation_rows[1:])
+    row_size = self.sizes[5] // self.observation_rows[0]
+    shapes = self.shapes[:6] + ([num_truncated, *row_shape], [ended], [ended])
+    sizes = self.sizes[:6] + (
+      num_truncated * row_size,
+      ended * _F32.itemsize,  # episode_return
+      ended * _I32.itemsize,  # episode_length
+    )
+    return shapes, sizes
+
+
+def _build_layout(
+  session: Session, observation_spec: ArraySpec, limits: ValueLimits
+) -> _Layout:
+  k, row_shape = session.num_envs, observation_spec.shape
+  observation_dtype = np.dtype(observation_spec.dtype)
+  dtypes = [dtype for _, dtype in _PER_ENV_DTYPES]
+  dtypes += [observation_dtype] * 2 + [dtype for _, dtype in _EPISODE_DTYPES]
+  shapes = ([k],) * 5 + ([k, *row_shape], [0, *row_shape], [0], [0])
+  sizes = tuple(
+    math.prod(shape) * dtype.itemsize for shape, dtype in zip(shapes, dtypes)
+  )
+  empty = [
+    np.frombuffer(b"", dtype).reshape(shape)
+    for dtype, shape in zip(dtypes[6:], shapes[6:])
+  ]
+  return _Layout(
+    observation_spec=observation_spec,
+    limits=limits,
+    dtype_names=tuple(_wire_name(dtype) for dtype in dtypes),
+    shapes=shapes,
+    sizes=sizes,
+    no_flags=bytes(k),
+    not_flag_bits=~int.from_bytes(b"\x01" * k, "little"),
+    observation_dtype=observation_dtype,
+    observation_rows=(k, *row_shape),
+    safe_reward=_safe_last_bytes(_F32, limits.max_abs_reward),
+    safe_observation=_safe_observation_bytes(observation_dtype, limits),
+    env_ids=np.frombuffer(session.env_ids_bytes, _I32),
+    false_flags=np.frombuffer(bytes(k), _BOOL),
+    no_final_observation=empty[0],
+    no_episodes=(empty[1], empty[2]),
+  )
+
+
+def _layout_of(
+  session: Session, observation_spec: ArraySpec, limits: ValueLimits
+) -> _Layout:
+  layout = session.expected_layout
+  if layout is None or not layout.built_for(observation_spec, limits):
+    layout = session.expected_layout = _build_layout(
+      session, observation_spec, limits
+    )
+  return layout
+
+
+def _check_fast(
+  request: seed_rl_pb2.StepRequest, layout: _Layout, session: Session
+) -> Optional[StepBatch]:
+  """The batch if `request` surely passes _check_in_detail, else None.
+
+  Everything is compared at once against `layout`: dtype names, shapes and
+  payload sizes (which is all decode_tensor checks, bool payloads aside),
+  the env ids' bytes, and the values through their last bytes.
+  """
+  tensors = _TENSORS(request)
+  # An absent field reads as an empty Tensor, whose dtype '' matches nothing.
+  if tuple(map(_DTYPE, tensors)) != layout.dtype_names:
+    return None
+  payloads = tuple(map(_DATA, tensors))
+  ends = _count_ends(payloads[3], payloads[4], layout)  # the flags
+  if ends is None:
+    return None
+  num_truncated, ended = ends
+  shapes, sizes = layout.shapes_and_sizes(num_truncated, ended)
+  if (
+    payloads[0] != session.env_ids_bytes  # other orders: checked in detail
+    or tuple(map(_SHAPE, tensors)) != shapes
+    or tuple(map(len, payloads)) != sizes
+    or not _values_within(layout, payloads, num_truncated)
+  ):
+    return None
+  batch = _decode_fast(layout, payloads, num_truncated, ended)
+  if ended and not _episodes_plausible(batch, layout.limits.max_abs_reward):
+    return None
+  return batch
+
+
+def _count_ends(
+  terminated: bytes, truncated: bytes, layout: _Layout
+) -> Optional[Tuple[int, int]]:
+  """(truncated envs, ended envs) of the flag payloads; None unless every
+  byte is 0 or 1 and no env has both flags (lengths are checked later)."""
+  if terminated == truncated == layout.no_flags:  # the usual step
+    return 0, 0
+  # Each payload read as one integer: bit 8i is env i's flag when the bytes
+  # are 0 and 1, and any other bit set is a byte that is neither.
+  term = int.from_bytes(terminated, "little")
+  trunc = int.from_bytes(truncated, "little")
+  if (term | trunc) & layout.not_flag_bits or term & trunc:
+    return None
+  return trunc.bit_count(), (term | trunc).bit_count()
+
+
+def _values_within(
+  layout: _Layout, payloads: Tuple[bytes, ...], num_truncated: int
+) -> bool:
+  """Rewards, and float or bool observations, are finite and within limits
+  (bool ones hold only 0 and 1) by their last bytes."""
+  reward, observation, final_observation = payloads[2], payloads[5], payloads[6]
+  if not _all_within(reward, _F32.itemsize, layout.safe_reward):
+    return False
+  safe = layout.safe_observation
+  if safe is None:  # integer observations: any value is valid
+    return True
+  itemsize = layout.observation_dtype.itemsize
+  return _all_within(observation, itemsize, safe) and (
+    not num_truncated or _all_within(final_observation, itemsize, safe)
+  )
+
+
+def _decode_fast(
+  layout: _Layout, payloads: Tuple[bytes, ...], num_truncated: int, ended: int
+) -> StepBatch:
+  """The StepBatch of payloads that passed the fast checks: read-only views
+  of them, or the layout's shared arrays where they are equal."""
+  (_, run_ids, reward, terminated, truncated, observation, final_observation,
+   episode_return, episode_length) = payloads  # fmt: skip
+  view, dtype = np.frombuffer, layout.observation_dtype
+  no_flags = layout.no_flags
+  batch = StepBatch(
+    layout.env_ids,  # equal to the payload: compared by _check_fast
+    view(run_ids, _I64),
+    view(reward, _F32),
+    layout.false_flags if terminated == no_flags else view(terminated, _BOOL),
+    layout.false_flags if truncated == no_flags else view(truncated, _BOOL),
+    # One call where frombuffer + reshape take two; read-only like them.
+    np.ndarray(layout.observation_rows, dtype, observation),
+    layout.no_final_observation,
+    *layout.no_episodes,
+  )
+  if num_truncated:
+    rows = (num_truncated, *layout.observation_rows[1:])
+    batch.final_observation = np.ndarray(rows, dtype, final_observation)
+  if ended:
+    batch.episode_return = view(episode_return, _F32)
+    batch.episode_length = view(episode_length, _I32)
+  return batch
+
+
+def _episodes_plausible(batch: StepBatch, max_abs_reward: float) -> bool:
+  """_check_episodes' value checks, without NumPy calls: lengths >= 1 and
+  returns finite and within length x max_abs_reward (same float64 math)."""
+  returns = batch.episode_return.tolist()
+  lengths = batch.episode_length.tolist()
+  shortest = min(lengths)
+  if shortest < 1 or not math.isfinite(sum(returns)):
+    return False
+  # One bound for all (exact for a single episode), else episode by episode.
+  return max(map(abs, returns)) <= shortest * max_abs_reward or all(
+    abs(r) <= n * max_abs_reward for r, n in zip(returns, lengths)
+  )
