@@ -168,3 +168,72 @@ def test_max_batch_size_below_trigger_is_refused():
       size_fn=lambda r: 1,
       max_batch_size=2,
     )
+
+
+def test_submit_calls_on_done_once_per_request_without_blocking():
+  """The asyncio server's path: submit returns at once; on_done gets each
+  request's own result (or the batch's error) on the batching thread."""
+  done = threading.Event()
+
+  def fn(requests):
+    done.wait(5)  # the first batch holds until every submit returned
+    if any(r == "bad" for r in requests):
+      raise ValueError("bad request")
+    return [r * 2 for r in requests]
+
+  batcher = DynamicBatcher(fn, 1, 0.0, size_fn=lambda r: 1, max_batch_size=8)
+  outcomes = []
+  lock = threading.Lock()
+
+  def on_done(request):
+    def record(result, error):
+      with lock:
+        outcomes.append((request, result, error, threading.current_thread()))
+
+    return record
+
+  try:
+    start = time.monotonic()
+    for r in (1, 2, 3):
+      batcher.submit(r, on_done(r))
+    assert time.monotonic() - start < 1.0  # nothing waited for fn
+    done.set()
+    deadline = time.monotonic() + 5
+    while len(outcomes) < 3 and time.monotonic() < deadline:
+      time.sleep(0.01)
+    assert sorted((r, res, err) for r, res, err, _ in outcomes) == [
+      (1, 2, None),
+      (2, 4, None),
+      (3, 6, None),
+    ]
+    assert all(t.name == "inference" for *_, t in outcomes)
+    failed = []
+    batcher.submit("bad", lambda res, err: failed.append((res, err)))
+    deadline = time.monotonic() + 5
+    while not failed and time.monotonic() < deadline:
+      time.sleep(0.01)
+    assert failed[0][0] is None and isinstance(failed[0][1], ValueError)
+  finally:
+    batcher.stop()
+  with pytest.raises(BatcherStopped):
+    batcher.submit(4, lambda res, err: None)
+
+
+def test_stop_fails_submitted_requests_with_batcher_stopped():
+  release = threading.Event()
+  batcher = DynamicBatcher(
+    lambda rs: release.wait(5) and [0] * len(rs),
+    1,
+    0.0,
+    size_fn=lambda r: 1,
+  )
+  errors = []
+  batcher.submit("first", lambda res, err: None)  # occupies the thread
+  time.sleep(0.1)
+  batcher.submit("queued", lambda res, err: errors.append(err))
+  stopper = threading.Thread(target=batcher.stop)
+  stopper.start()
+  time.sleep(0.1)
+  release.set()
+  stopper.join(10)
+  assert len(errors) == 1 and isinstance(errors[0], BatcherStopped)

@@ -890,3 +890,40 @@ def test_batch_resent_after_a_reconnect_is_not_stored_twice(stub, handler):
       time.sleep(0.01)
   send_one(stub, request, session)
   assert len(handler.batches) == served + 1
+
+
+def test_completions_wake_the_loop_once_per_burst():
+  """The inference thread answers a batch's requests in a row: the loop is
+  woken once for all of them, and a cancelled call's future is skipped."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  from seed_rl.grpc.servicer import _Completions  # pylint: disable=g-import-not-at-top
+
+  async def scenario():
+    loop = asyncio.get_running_loop()
+    completions = _Completions(loop)
+    wakeups = []
+    original = loop.call_soon_threadsafe
+
+    def counting(callback, *args):
+      wakeups.append(callback)
+      return original(callback, *args)
+
+    loop.call_soon_threadsafe = counting
+    futures = [loop.create_future() for _ in range(4)]
+    futures[2].cancel()
+
+    def inference_thread():
+      for i, future in enumerate(futures[:3]):
+        completions.resolve(future, i * 10, None)
+      completions.resolve(futures[3], None, RuntimeError("batch failed"))
+
+    thread = threading.Thread(target=inference_thread)
+    thread.start()
+    thread.join()
+    await asyncio.sleep(0)
+    assert len(wakeups) == 1
+    assert [await f for f in futures[:2]] == [0, 10]
+    with pytest.raises(RuntimeError, match="batch failed"):
+      await futures[3]
+
+  asyncio.run(scenario())

@@ -12,9 +12,21 @@ of environments.
 
 from __future__ import annotations
 
+import collections
+import logging
 import threading
 import time
-from typing import Callable, Generic, List, Optional, Sequence, TypeVar, cast
+from typing import (
+  Any,
+  Callable,
+  Deque,
+  Generic,
+  List,
+  Optional,
+  Sequence,
+  TypeVar,
+  cast,
+)
 
 Request = TypeVar("Request")
 Result = TypeVar("Result")
@@ -24,16 +36,18 @@ class BatcherStopped(RuntimeError):
   """Raised to callers whose request cannot be served because of shutdown."""
 
 
-class _Slot(Generic[Result]):
-  __slots__ = ("request", "size", "arrival", "done", "result", "error")
+# on_done(result, error) of DynamicBatcher.submit.
+OnDone = Callable[[Optional[Result], Optional[BaseException]], None]
 
-  def __init__(self, request, size: int):
+
+class _Slot(Generic[Result]):
+  __slots__ = ("request", "size", "arrival", "on_done")
+
+  def __init__(self, request, size: int, on_done: OnDone):
     self.request = request
     self.size = size
     self.arrival = time.monotonic()
-    self.done = threading.Event()
-    self.result: Optional[Result] = None
-    self.error: Optional[BaseException] = None
+    self.on_done = on_done
 
 
 class DynamicBatcher(Generic[Request, Result]):
@@ -74,7 +88,7 @@ class DynamicBatcher(Generic[Request, Result]):
     self._max_batch_size = max_batch_size
     self._timeout_s = timeout_s
     self._size_fn = size_fn
-    self._pending: List[_Slot[Result]] = []
+    self._pending: Deque[_Slot[Result]] = collections.deque()
     self._pending_size = 0
     self._cond = threading.Condition()
     self._stopped = False
@@ -89,7 +103,30 @@ class DynamicBatcher(Generic[Request, Result]):
 
   def __call__(self, request: Request) -> Result:
     """Blocks until `request` was served; returns its result."""
-    slot: _Slot[Result] = _Slot(request, self._size_fn(request))
+    done = threading.Event()
+    outcome: List[Any] = [None, None]
+
+    def on_done(result, error):
+      outcome[0], outcome[1] = result, error
+      done.set()
+
+    self.submit(request, on_done)
+    done.wait()
+    if outcome[1] is not None:
+      raise outcome[1]
+    # Done without an error: _loop passed fn's result, which may itself be
+    # None when Result allows it, so this is a cast rather than a check.
+    return cast(Result, outcome[0])
+
+  def submit(self, request: Request, on_done: OnDone) -> None:
+    """Queues `request` without blocking; `on_done(result, error)` is called
+    once, on the batching thread, when its batch ran (error: the batch
+    function's exception, or BatcherStopped at shutdown).
+
+    Raises:
+      BatcherStopped: the batcher was stopped (on_done is not called).
+    """
+    slot: _Slot[Result] = _Slot(request, self._size_fn(request), on_done)
     with self._cond:
       if self._stopped:
         raise BatcherStopped("the learner is shutting down")
@@ -97,12 +134,6 @@ class DynamicBatcher(Generic[Request, Result]):
       self._pending_size += slot.size
       if self._pending_size >= self._batch_size or len(self._pending) == 1:
         self._cond.notify()
-    slot.done.wait()
-    if slot.error is not None:
-      raise slot.error
-    # Done without an error: _loop stored fn's result, which may itself be
-    # None when Result allows it, so this is a cast rather than a check.
-    return cast(Result, slot.result)
 
   def _take_batch(self) -> Optional[List[_Slot[Result]]]:
     with self._cond:
@@ -124,7 +155,7 @@ class DynamicBatcher(Generic[Request, Result]):
       while self._pending and (
         not taken or size + self._pending[0].size <= self._max_batch_size
       ):
-        slot = self._pending.pop(0)
+        slot = self._pending.popleft()
         taken.append(slot)
         size += slot.size
       self._pending_size -= size
@@ -135,6 +166,7 @@ class DynamicBatcher(Generic[Request, Result]):
       slots = self._take_batch()
       if slots is None:
         return
+      error: Optional[BaseException] = None
       try:
         results = self._fn([s.request for s in slots])
         if len(results) != len(slots):
@@ -142,25 +174,29 @@ class DynamicBatcher(Generic[Request, Result]):
             f"batch function returned {len(results)} results "
             f"for {len(slots)} requests"
           )
-        for slot, result in zip(slots, results):
-          slot.result = result
       except BaseException as e:  # pylint: disable=broad-except
-        for slot in slots:
-          slot.error = e
+        error, results = e, [None] * len(slots)
       self.batches_run += 1
       self.requests_served += len(slots)
       self.envs_served += sum(s.size for s in slots)
-      for slot in slots:
-        slot.done.set()
+      for slot, result in zip(slots, results):
+        _notify(slot, result, error)
 
   def stop(self):
     """Fails pending and future requests with BatcherStopped."""
     with self._cond:
       self._stopped = True
-      pending, self._pending = self._pending, []
+      pending, self._pending = self._pending, collections.deque()
       self._pending_size = 0
       self._cond.notify_all()
     for slot in pending:
-      slot.error = BatcherStopped("the learner is shutting down")
-      slot.done.set()
+      _notify(slot, None, BatcherStopped("the learner is shutting down"))
     self._thread.join(timeout=10)
+
+
+def _notify(slot: _Slot, result, error: Optional[BaseException]) -> None:
+  """Calls the slot's on_done; a failing callback must not stop batching."""
+  try:
+    slot.on_done(result, error)
+  except Exception:  # pylint: disable=broad-except
+    logging.exception("DynamicBatcher: on_done callback failed")

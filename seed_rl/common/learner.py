@@ -114,9 +114,26 @@ class Learner:
     try:
       return self._batcher(batch)
     except BatcherStopped:
-      if self.finished:
-        raise ServiceStopping("training is over", finished=True) from None
-      raise ServiceStopping("the learner is shutting down") from None
+      raise self._stopping_error() from None
+
+  def submit(self, batch: StepBatch, on_done) -> None:
+    """Non-blocking `step` for the asyncio server: queues `batch` and calls
+    `on_done(actions, error)` from the inference thread once it ran."""
+
+    def done(actions, error):
+      if isinstance(error, BatcherStopped):
+        error = self._stopping_error()
+      on_done(actions, error)
+
+    try:
+      self._batcher.submit(batch, done)
+    except BatcherStopped:
+      raise self._stopping_error() from None
+
+  def _stopping_error(self) -> ServiceStopping:
+    if self.finished:
+      return ServiceStopping("training is over", finished=True)
+    return ServiceStopping("the learner is shutting down")
 
   def on_disconnect(self, first_env_id: int, num_envs: int) -> None:
     """An actor's stream ended: its partial unrolls stay until a new run id

@@ -130,8 +130,8 @@ def _error_from_rpc(error: grpc.RpcError, what: str) -> Exception:
     return ProtocolError(f"learner rejected {what}: {details}", code)
   if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
     details += (
-      " (every learner worker thread holds an actor's stream; raise "
-      "the learner's max_workers above the number of actors)"
+      " (each of the learner's max_workers RPC slots holds an actor's "
+      "stream; raise the learner's max_workers above the number of actors)"
     )
   return LearnerError(f"{what} failed: {code.name}: {details}", code)
 
@@ -395,7 +395,7 @@ class ActorClient:
         if _reason(e) == protocol.REASON_LEARNER_FINISHED:
           self._drop_stream()
           raise LearnerFinished(e.details()) from None
-        # A stream refused for want of a worker thread is retried like a
+        # A stream refused for want of an RPC slot is retried like a
         # lost learner (a learner that stays full fails the next Hello).
         if not _learner_went_away(e) and not _learner_busy(e):
           self._drop_stream()

@@ -105,7 +105,7 @@ class ServerSecurity:
       ]
     )
 
-  def interceptors(self) -> List[grpc.ServerInterceptor]:
+  def interceptors(self) -> List[grpc.aio.ServerInterceptor]:
     return [TokenInterceptor(self.token)] if self.token else []
 
   def check_address(self, address: str, insecure: bool) -> None:
@@ -154,27 +154,28 @@ class ClientSecurity:
 
 
 def _unauthenticated(details: str):
-  def abort(request_or_iterator, context):
+  async def abort(request_or_iterator, context):
     del request_or_iterator
-    context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
 
   return abort
 
 
-class TokenInterceptor(grpc.ServerInterceptor):
-  """Refuses every RPC whose bearer token is not the learner's."""
+class TokenInterceptor(grpc.aio.ServerInterceptor):
+  """Refuses every RPC whose bearer token is not the learner's (on the
+  learner server's asyncio event loop)."""
 
   def __init__(self, token: str):
     self._expected = (_SCHEME + token).encode()
 
-  def intercept_service(self, continuation, handler_call_details):
+  async def intercept_service(self, continuation, handler_call_details):
     sent = ""
     for key, value in handler_call_details.invocation_metadata or ():
       if key == _METADATA_KEY:
         sent = value
     if hmac.compare_digest(sent.encode(), self._expected):
-      return continuation(handler_call_details)
-    handler = continuation(handler_call_details)
+      return await continuation(handler_call_details)
+    handler = await continuation(handler_call_details)
     if handler is None:
       return None
     details = ("missing token" if not sent else "wrong token") + (
@@ -182,7 +183,7 @@ class TokenInterceptor(grpc.ServerInterceptor):
     )
     abort = _unauthenticated(details)
     # Request-streaming handlers run at once, without waiting for a request
-    # message: a client that sends none cannot hold a worker thread.
+    # message: a client that sends none cannot hold an RPC slot.
     if handler.response_streaming:
       return grpc.stream_stream_rpc_method_handler(abort)
     return grpc.stream_unary_rpc_method_handler(abort)

@@ -1,0 +1,360 @@
+"""The SeedRL service's handlers, on the learner server's asyncio event loop.
+
+Every Hello and Step call is a coroutine on one event loop thread (see
+server.py): an open Step stream costs no thread, so one learner holds
+thousands of actors. Each request is parsed and validated on the loop, then
+handed to the handler without blocking the loop:
+
+- a handler with `submit(batch, on_done)` (the Learner) queues the batch for
+  its inference thread, which calls `on_done(actions, error)` when the batch
+  ran; `_Completions` wakes the loop once for all the requests a batch
+  answered, not once per request;
+- a handler with only a blocking `step(batch)` runs it in a thread pool (one
+  thread per concurrent call, as the threaded server did).
+
+A bad message, or a handler error, ends only the stream it arrived on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from typing import Any, Callable, List, Optional, Tuple
+
+import grpc
+from google.protobuf.message import DecodeError
+import numpy as np
+
+from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.grpc import codec
+from seed_rl.grpc import errors
+from seed_rl.grpc import protocol
+from seed_rl.grpc import seed_rl_pb2
+from seed_rl.grpc import validation
+from seed_rl.grpc.sessions import Rejection, Session, SessionRegistry
+
+
+async def _abort(context, rejection: Rejection) -> None:
+  """Ends the call with `rejection`'s status (raises, as context.abort does)."""
+  trailing = (
+    ((protocol.REASON_METADATA_KEY, rejection.reason),)
+    if rejection.reason is not None
+    else ()
+  )
+  await context.abort(rejection.code, rejection.message, trailing)
+
+
+def _parse(message_class, request):
+  """Requests arrive as raw bytes (see `handlers`): bytes that are not a
+  message of this type are refused with INVALID_ARGUMENT like any other bad
+  field, instead of gRPC's generic INTERNAL deserialization error."""
+  if not isinstance(request, (bytes, bytearray)):
+    return request
+  try:
+    return message_class.FromString(bytes(request))
+  except DecodeError as e:
+    raise Rejection(
+      grpc.StatusCode.INVALID_ARGUMENT,
+      f"request: not a valid {message_class.DESCRIPTOR.name} ({e})",
+    ) from None
+
+
+def handlers(servicer: "Servicer") -> grpc.GenericRpcHandler:
+  """The SeedRL service with raw-bytes requests, parsed by the servicer.
+
+  Hello is served as client-streaming (the wire format of a unary request is
+  the same) so that the servicer, not gRPC, waits for its one message, under
+  the first-message deadline."""
+  return grpc.method_handlers_generic_handler(
+    "seed_rl.SeedRL",
+    {
+      "Hello": grpc.stream_unary_rpc_method_handler(
+        servicer.Hello,
+        response_serializer=seed_rl_pb2.HelloResponse.SerializeToString,
+      ),
+      "Step": grpc.stream_stream_rpc_method_handler(
+        servicer.Step,
+        response_serializer=seed_rl_pb2.StepResponse.SerializeToString,
+      ),
+    },
+  )
+
+
+class _Completions:
+  """Resolves the loop's futures from the inference thread, waking the loop
+  once per burst: `resolve` queues, and only the first call after a drain
+  schedules one (call_soon_threadsafe writes to the loop's wake-up pipe)."""
+
+  def __init__(self, loop: asyncio.AbstractEventLoop):
+    self._loop = loop
+    self._lock = threading.Lock()
+    self._done: List[Tuple[asyncio.Future, Any, Optional[BaseException]]] = []
+
+  def resolve(self, future, result, error) -> None:
+    with self._lock:
+      self._done.append((future, result, error))
+      if len(self._done) > 1:
+        return  # a drain is already scheduled and will take this one
+    self._loop.call_soon_threadsafe(self._drain)
+
+  def _drain(self) -> None:
+    with self._lock:
+      done, self._done = self._done, []
+    for future, result, error in done:
+      if future.done():  # the call was cancelled meanwhile
+        continue
+      if error is not None:
+        future.set_exception(error)
+      else:
+        future.set_result(result)
+
+
+class Servicer:
+  """Implements the SeedRL service on top of a SessionRegistry and a handler.
+
+  Must be created on the event loop's thread (it binds to that loop).
+  """
+
+  def __init__(
+    self,
+    observation_spec: ArraySpec,
+    action_spec: ArraySpec,
+    registry: SessionRegistry,
+    handler,
+    limits: validation.ValueLimits,
+    first_message_timeout_s: Optional[float],
+    max_workers: int,
+  ):
+    self.registry = registry
+    self.first_message_timeout_s = first_message_timeout_s
+    self.idle_rpcs_cancelled = 0
+    self._limits = limits
+    self._observation_spec = observation_spec
+    self._action_spec = action_spec
+    self._action_shape = tuple(action_spec.shape)
+    self._action_dtype = np.dtype(action_spec.dtype)
+    self._handler = handler
+    self._on_disconnect = getattr(handler, "on_disconnect", None)
+    self._hello_specs = (
+      codec.encode_spec(observation_spec),
+      codec.encode_spec(action_spec),
+    )
+    self._loop = asyncio.get_running_loop()
+    self._submit: Optional[Callable[..., None]] = getattr(
+      handler, "submit", None
+    )
+    self._completions = _Completions(self._loop)
+    # Blocking handlers only: one thread per call in flight, as before.
+    self._pool = (
+      None
+      if self._submit is not None
+      else concurrent.futures.ThreadPoolExecutor(
+        max_workers, thread_name_prefix="seed_rl_grpc"
+      )
+    )
+
+  def close(self) -> None:
+    if self._pool is not None:
+      self._pool.shutdown(wait=False, cancel_futures=True)
+
+  # ---------------------------------------------------------------- Hello --
+  def _check_hello(self, request: seed_rl_pb2.HelloRequest) -> None:
+    if request.protocol_version != protocol.PROTOCOL_VERSION:
+      raise Rejection(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"protocol_version: learner {protocol.PROTOCOL_VERSION}, actor "
+        f"{request.protocol_version}; run the same seed_rl version on both",
+      )
+    for field, learner_spec in (
+      ("observation_spec", self._observation_spec),
+      ("action_spec", self._action_spec),
+    ):
+      if not request.HasField(field):
+        raise Rejection(
+          grpc.StatusCode.INVALID_ARGUMENT,
+          f"{field}: missing from HelloRequest",
+        )
+      try:
+        actor_spec = codec.decode_spec(getattr(request, field), field)
+      except ValueError as e:
+        raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+      mismatch = codec.spec_mismatch(learner_spec, actor_spec, field)
+      if mismatch is not None:
+        raise Rejection(
+          grpc.StatusCode.FAILED_PRECONDITION,
+          f"spec mismatch: {mismatch}",
+          protocol.REASON_SPEC_MISMATCH,
+        )
+
+  async def _first_request(self, requests, context):
+    """The call's first message, or None if it ended before sending one.
+
+    A call that sends nothing within the first-message timeout is cancelled
+    (CANCELLED): it would otherwise hold one of the server's max_workers
+    concurrent RPC slots forever."""
+    try:
+      return await asyncio.wait_for(
+        requests.__anext__(), self.first_message_timeout_s
+      )
+    except StopAsyncIteration:
+      return None
+    except asyncio.TimeoutError:
+      self.idle_rpcs_cancelled += 1
+      logging.warning(
+        "cancelled %d RPC(s) that sent no message within %g s of "
+        "starting (idle clients holding RPC slots)",
+        1,
+        self.first_message_timeout_s,
+      )
+      await context.abort(
+        grpc.StatusCode.CANCELLED,
+        f"no message within {self.first_message_timeout_s} s of the call's "
+        "start",
+      )
+
+  async def Hello(self, request_iterator, context):
+    request = await self._first_request(request_iterator.__aiter__(), context)
+    if request is None:
+      await _abort(
+        context,
+        Rejection(
+          grpc.StatusCode.INVALID_ARGUMENT,
+          "request: Hello sent no HelloRequest (or not within "
+          f"{self.first_message_timeout_s} s)",
+        ),
+      )
+    try:
+      request = _parse(seed_rl_pb2.HelloRequest, request)
+      self._check_hello(request)
+      session = self.registry.open(request.actor_id, request.num_envs)
+    except Rejection as rejection:
+      await _abort(context, rejection)
+    response = seed_rl_pb2.HelloResponse(
+      protocol_version=protocol.PROTOCOL_VERSION,
+      first_env_id=session.first_env_id,
+      num_envs=session.num_envs,
+      num_envs_total=self.registry.num_envs_total,
+      session_id=session.session_id,
+    )
+    response.observation_spec.CopyFrom(self._hello_specs[0])
+    response.action_spec.CopyFrom(self._hello_specs[1])
+    return response
+
+  # ----------------------------------------------------------------- Step --
+  def _actions_to_response(self, actions, k: int) -> seed_rl_pb2.StepResponse:
+    actions = np.asarray(actions)
+    expected = (k,) + self._action_shape
+    if actions.shape != expected or not np.can_cast(
+      actions.dtype, self._action_dtype, "same_kind"
+    ):
+      raise RuntimeError(
+        f"handler.step returned actions {actions.dtype.name} "
+        f"{list(actions.shape)}, expected {self._action_dtype.name} "
+        f"{list(expected)}"
+      )
+    response = seed_rl_pb2.StepResponse()
+    codec.fill_tensor(
+      response.action, actions.astype(self._action_dtype, copy=False), "action"
+    )
+    return response
+
+  def _check(self, request, session: Session):
+    """The parsed request's batch, or the cached response of a batch resent
+    after a reconnect (exactly once: it was already stored and acted on)."""
+    if session.superseded:
+      raise Rejection(
+        grpc.StatusCode.ABORTED,
+        f"session {session.session_id!r} of {session.describe()} was "
+        f"superseded by a newer Hello for actor {session.actor_id} (a "
+        f"restarted actor, or two actors started with the same --actor_id); "
+        f"this stream is closed",
+        protocol.REASON_SUPERSEDED,
+      )
+    request = _parse(seed_rl_pb2.StepRequest, request)
+    cached = self.registry.replay(session.actor_id, request.sequence)
+    if cached is not None:
+      return request, None, cached
+    try:
+      batch = validation.check_step_request(
+        request,
+        self._observation_spec,
+        session,
+        self.registry.num_envs_total,
+        self.registry.owner_of,
+        self._limits,
+      )
+    except ValueError as e:
+      raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+    return request, batch, None
+
+  def _step(self, batch: StepBatch) -> "asyncio.Future[Any]":
+    """The handler's actions for `batch`, as a future of this loop."""
+    if self._submit is None:
+      return self._loop.run_in_executor(self._pool, self._handler.step, batch)
+    future = self._loop.create_future()
+    resolve = self._completions.resolve
+    self._submit(batch, lambda result, error: resolve(future, result, error))
+    return future
+
+  async def _serve_one(self, request, session: Session):
+    """Returns the response to one request; Rejection ends the stream."""
+    session.last_seen = time.monotonic()
+    request, batch, cached = self._check(request, session)
+    if cached is not None:
+      return cached
+    try:
+      actions = await self._step(batch)
+      response = self._actions_to_response(actions, session.num_envs)
+    except ValueError as e:  # the handler refused the batch's contents
+      raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+    except errors.ServiceStopping as e:
+      raise Rejection(
+        grpc.StatusCode.UNAVAILABLE,
+        str(e),
+        protocol.REASON_LEARNER_FINISHED if e.finished else None,
+      ) from None
+    except Exception as e:  # pylint: disable=broad-except
+      logging.exception("Step stream of %s failed", session.describe())
+      raise Rejection(
+        grpc.StatusCode.INTERNAL, f"learner error: {type(e).__name__}: {e}"
+      ) from None
+    self.registry.served(session.actor_id, request.sequence, response)
+    return response
+
+  async def Step(self, request_iterator, context):
+    metadata = dict(context.invocation_metadata())
+    try:
+      session = self.registry.claim(metadata.get(protocol.SESSION_METADATA_KEY))
+    except Rejection as rejection:
+      await _abort(context, rejection)
+    try:
+      requests = request_iterator.__aiter__()
+      request = await self._first_request(requests, context)
+      while request is not None:
+        try:
+          response = await self._serve_one(request, session)
+        except Rejection as rejection:
+          await _abort(context, rejection)
+        yield response
+        try:
+          request = await requests.__anext__()
+        except StopAsyncIteration:
+          request = None
+    finally:
+      # Runs when the client closes, cancels or fails, on abort, and on
+      # server stop (the call's task is cancelled, which closes this).
+      self._release(session)
+
+  def _release(self, session: Session) -> None:
+    if self.registry.release(session) and self._on_disconnect is not None:
+      try:
+        self._on_disconnect(session.first_env_id, session.num_envs)
+      except Exception:  # pylint: disable=broad-except
+        logging.exception(
+          "on_disconnect(%d, %d) failed",
+          session.first_env_id,
+          session.num_envs,
+        )
