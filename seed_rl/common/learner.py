@@ -22,7 +22,7 @@ from seed_rl.common import metrics as metrics_lib
 from seed_rl.common import profiling
 from seed_rl.common.agent_api import ActInputs, Agent
 from seed_rl.common.batcher import BatcherStopped, DynamicBatcher
-from seed_rl.common.env_state import EnvStateTable
+from seed_rl.common.env_state import EnvIndex, EnvStateTable, env_index
 from seed_rl.common.errors import ServiceStopping
 from seed_rl.common.learner_config import (  # noqa: F401 (re-exported)
   LearnerConfig,
@@ -147,65 +147,82 @@ class Learner:
     with self.profiler.section("inference"):
       b = _merge_batches(batches)
       size = b.num_envs
-      restarted = self._handle_restarts(b.env_ids, b.run_ids)
-      inputs = self._act_inputs(b, restarted)
+      rows = env_index(b.env_ids)
+      restarted = self._handle_restarts(b.env_ids, rows, b.run_ids)
+      inputs, slots = self._act_inputs(b, rows, restarted)
       out = self._act(inputs)
       action = np.asarray(out.action[:size], self.action_spec.dtype)
-      self.state.scatter(
-        b.env_ids, tuple(c[:size] for c in out.core_state), action
-      )
+      self.state.scatter(rows, tuple(c[:size] for c in out.core_state), action)
       self._track_episodes(batches)
-      self._record_step(b, inputs, out, action)
+      self._record_step(b, rows, inputs, slots, out, action)
     self._infer_seconds += time.perf_counter() - t0
     if len(batches) == 1:
       return [action]
     return np.split(action, np.cumsum([b.num_envs for b in batches])[:-1])
 
   def _handle_restarts(
-    self, env_ids: np.ndarray, run_ids: np.ndarray
-  ) -> np.ndarray:
+    self, env_ids: np.ndarray, rows: EnvIndex, run_ids: np.ndarray
+  ) -> Optional[np.ndarray]:
     """Resets the state and drops the partial unrolls of envs whose actor
-    restarted (new run ids); returns bool [B]: those envs."""
-    restarted = self.state.refresh_run_ids(env_ids, run_ids)
-    if restarted.any():
-      ids = env_ids[restarted]
-      self.state.reset(ids)
-      discarded = self.unrolls.reset(ids)
-      if discarded:
-        # The restarted actor's previous process's unfinished unrolls are
-        # never trained on.
-        self.discarded_partial_unrolls += discarded
-        metrics_lib.log(
-          f"[learner] envs {int(ids.min())}..{int(ids.max())} restarted "
-          f"(new run ids): discarded {discarded} partial unrolls"
-        )
+    restarted (new run ids); returns bool [B]: those envs, or None when
+    none did (`rows`: `env_ids` as an EnvIndex)."""
+    restarted = self.state.refresh_run_ids(rows, run_ids)
+    if restarted is None:
+      return None
+    ids = env_ids[restarted]
+    self.state.reset(ids)
+    discarded = self.unrolls.reset(ids)
+    if discarded:
+      # The restarted actor's previous process's unfinished unrolls are
+      # never trained on.
+      self.discarded_partial_unrolls += discarded
+      metrics_lib.log(
+        f"[learner] envs {int(ids.min())}..{int(ids.max())} restarted "
+        f"(new run ids): discarded {discarded} partial unrolls"
+      )
     return restarted
 
-  def _act_inputs(self, b: StepBatch, restarted: np.ndarray) -> ActInputs:
+  def _act_inputs(
+    self, b: StepBatch, rows: EnvIndex, restarted: Optional[np.ndarray]
+  ) -> Tuple[ActInputs, Optional[np.ndarray]]:
     """The agent's inputs: B rows, one per env of `b` (episode starts reset
-    first), then one per truncated env valuing its final observation."""
+    first), then one per truncated env valuing its final observation; and
+    the unroll slots holding the B observations (None: not written there).
+    """
     st = self.state
     final = self._final_inputs(b)  # before the ended episodes' state resets
-    new_episode = b.terminated | b.truncated | restarted
-    st.reset(b.env_ids[new_episode & ~restarted])
-    core, prev_action = st.gather(b.env_ids)
+    new_episode = b.terminated | b.truncated
+    # count_nonzero: ~4x cheaper than .any() on these small arrays.
+    if np.count_nonzero(new_episode):  # restarted envs were reset already
+      ended = new_episode if restarted is None else new_episode & ~restarted
+      st.reset(b.env_ids[ended])
+    if restarted is not None:
+      new_episode |= restarted
+    core, prev_action = st.gather(rows)
+    slots = None
+    if isinstance(rows, slice) and rows.stop <= self.num_train_envs:
+      # Stacked straight into the unroll: no copy of them later.
+      slots = self.unrolls.observation_slots(rows)
+    observation = st.stacked(rows, b.observation, out=slots)
+    if observation is not slots:
+      slots = None  # not written there (another dtype)
     inputs = ActInputs(
       env_ids=b.env_ids,
-      observation=st.stacked(b.env_ids, b.observation),
+      observation=observation,
       prev_action=prev_action,
       reward=b.reward,
       done=new_episode,
       core_state=core,
       eval_mask=b.env_ids >= self.num_train_envs,
     )
-    return inputs if final is None else _concat_inputs(inputs, final)
+    return (inputs if final is None else _concat_inputs(inputs, final)), slots
 
   def _final_inputs(self, b: StepBatch) -> Optional[ActInputs]:
     """Rows valuing the final observation of each truncated episode with the
     state of the episode it ends (None when no episode was truncated)."""
-    final_ids = b.env_ids[b.truncated]
-    if not final_ids.size:
+    if not np.count_nonzero(b.truncated):
       return None
+    final_ids = b.env_ids[b.truncated]
     core, prev_action = self.state.gather(final_ids)
     return ActInputs(
       env_ids=final_ids,
@@ -238,24 +255,28 @@ class Learner:
   def _record_step(
     self,
     b: StepBatch,
+    rows: EnvIndex,
     inputs: ActInputs,
+    slots: Optional[np.ndarray],
     out: agent_api.ActOutputs,
     action: np.ndarray,
   ) -> None:
     """Counts the training envs' steps and appends them to their unrolls
-    (the first B rows of `inputs` and `out` are the envs of `b`); completed
-    unrolls go to the agent."""
+    (the first B rows of `inputs` and `out` are the envs of `b`, at `rows`;
+    `slots`: their observations already in the unrolls); completed unrolls
+    go to the agent."""
     size = b.num_envs
-    train = ~inputs.eval_mask[:size]
-    num_train = int(train.sum())
+    evaluated = inputs.eval_mask[:size]
+    num_train = size - np.count_nonzero(evaluated)
     self.env_steps += num_train
     if not num_train:
       return
     value = np.asarray(out.value, np.float32)
     bootstrap_value = np.zeros(size, np.float32)
-    bootstrap_value[b.truncated] = value[size:]
+    if value.shape[0] > size:  # rows valuing truncated final observations
+      bootstrap_value[b.truncated] = value[size:]
     step = StepRecord(
-      observation=inputs.observation[:size],
+      observation=inputs.observation[:size] if slots is None else slots,
       reward=b.reward,
       terminated=b.terminated,
       truncated=b.truncated,
@@ -263,14 +284,14 @@ class Learner:
       prev_action=inputs.prev_action[:size],
       action=action,
       value=value[:size],
-      policy_version=np.full(size, self._policy_version(), np.int64),
+      policy_version=self._policy_versions(size),
       core_state=tuple(c[:size] for c in inputs.core_state),
       extras={k: np.asarray(x)[:size] for k, x in out.extras.items()},
     )
-    env_ids = b.env_ids
     if num_train < size:
-      env_ids, step = env_ids[train], step.rows(train)
-    completed = self.unrolls.append(env_ids, step)
+      train = ~evaluated
+      rows, step = b.env_ids[train], step.rows(train)
+    completed = self.unrolls.append(rows, step)
     if completed is not None:
       self.agent.add_unrolls(completed)
 
@@ -281,6 +302,31 @@ class Learner:
   def _policy_version(self) -> int:
     return int(self.agent.step_counter.numpy())
 
+  # The learner step recorded with every inference step (None: not read
+  # yet). The training thread refreshes it after each update: a read of the
+  # tf.Variable on the inference thread costs 60-120 us of eager overhead,
+  # as much as the rest of a 1-env batch.
+  _acting_version: Optional[int] = None
+
+  def _note_policy_version(self) -> None:
+    self._acting_version = self._policy_version()
+
+  _versions = np.zeros(0, np.int64)  # _policy_versions' last rows
+
+  def _policy_versions(self, size: int) -> np.ndarray:
+    """int64 [size] of the recorded policy version (a view of a buffer
+    refilled only when the version or the size grows: unroll appends copy
+    it)."""
+    version = self._acting_version
+    if version is None:
+      version = self._acting_version = self._policy_version()
+    rows = self._versions
+    if rows.shape[0] < size or (size and rows[0] != version):
+      rows = self._versions = np.full(
+        max(size, rows.shape[0]), version, np.int64
+      )
+    return rows[:size]
+
   # ------------------------------------------------------------ training --
   def _train_loop(self) -> None:
     last_ckpt = time.monotonic()
@@ -288,6 +334,7 @@ class Learner:
       while not self._stop.is_set():
         with self.profiler.section("training"):
           step_metrics = self.agent.train_step()
+        self._note_policy_version()
         if not step_metrics:  # stopped while waiting for data
           continue
         step_metrics = dict(step_metrics)
@@ -320,6 +367,7 @@ class Learner:
     trainer = threading.Thread(
       target=self._train_loop, name="training", daemon=True
     )
+    self._note_policy_version()
     trainer.start()
     self._start = self._last_log = time.monotonic()
     self._start_steps = (self.env_steps, self._policy_version())

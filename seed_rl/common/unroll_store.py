@@ -3,16 +3,34 @@
 Each env appends one `StepRecord` per inference call; once it holds `length`
 steps (T+1) the unroll is emitted as an `Unroll` and its last `overlap` steps
 stay as the first steps of the env's next unroll (overlap=1 is SEED RL's
-layout; R2D2 overlaps by its burn-in). Everything is vectorised over the envs
-of a batch because it runs on the inference thread for every step of every
-env: a step is flattened into a fixed list of arrays (the per-step fields,
-then the core state arrays, then the extras in the order the first step
-named them), one buffer each.
+layout; R2D2 overlaps by its burn-in). It runs on the inference thread for
+every step of every env, so a step is flattened into a fixed list of arrays
+(the per-step fields, then the core state arrays, then the extras in the
+order the first step named them) and written for a whole batch at once.
+
+Envs are kept in blocks, one per run of consecutive env ids appended
+together (one actor's envs), so a step of a block is one slice write per
+array. No slot of a block is ever written twice: when a block's unrolls
+complete together (its envs step in lockstep) its arrays become the Unroll
+without a copy and the block moves on to new arrays, and the caller may
+stack observations straight into the next step's slots (`observation_slots`)
+and hand that view to the agent. Other traffic (a subset of a block, resets
+of some of its envs, several blocks completing in one call) takes slower
+paths that give the same Unrolls.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+from typing import (
+  Any,
+  Dict,
+  FrozenSet,
+  List,
+  NamedTuple,
+  Optional,
+  Tuple,
+  Union,
+)
 
 import numpy as np
 
@@ -69,8 +87,45 @@ class StepRecord(NamedTuple):
     )
 
 
+class _Block:
+  """The unrolls being assembled for envs [first, first + size): one array
+  [size, length, ...] per flattened field.
+
+  `pos` is the steps every row holds, or None while rows differ (after a
+  reset of some of them). `owned` counts the envs whose rows live here: an
+  env moves to a new block when it is appended as part of another run, and
+  a block that lost envs is never written again.
+  """
+
+  __slots__ = ("first", "size", "arrays", "owned", "pos")
+
+  def __init__(
+    self, first: int, size: int, arrays: List[np.ndarray], pos: Optional[int]
+  ):
+    self.first = first
+    self.size = size
+    self.arrays = arrays
+    self.owned = size
+    self.pos = pos
+
+  @property
+  def stop(self) -> int:
+    return self.first + self.size
+
+  @property
+  def intact(self) -> bool:
+    return self.owned == self.size
+
+
+class _Done(NamedTuple):
+  """Rows of `block` whose unroll completed (None: all of them)."""
+
+  block: _Block
+  rows: Optional[np.ndarray]
+
+
 class UnrollStore:
-  """Buffers `[num_envs, length, ...]` per array of a step, filled step by step.
+  """Assembles `[envs, length, ...]` unrolls per array of a step, step by step.
 
   Args:
     num_envs: global env ids served.
@@ -91,8 +146,11 @@ class UnrollStore:
     self.length = length
     self.overlap = overlap
     self._pos = np.zeros(num_envs, np.int64)
-    self._buffers: Optional[List[np.ndarray]] = None
-    # The structure every step must have, fixed by the first one.
+    self._block_of: List[Optional[_Block]] = [None] * num_envs
+    # The view the last `observation_slots` call handed out.
+    self._slots: Optional[np.ndarray] = None
+    # Per flattened array: (per-env shape, dtype), fixed by the first step.
+    self._templates: Optional[List[Tuple[Tuple[int, ...], np.dtype]]] = None
     self._num_core = 0
     self._extra_names: Tuple[str, ...] = ()
     self._extra_set: FrozenSet[str] = frozenset()
@@ -124,13 +182,20 @@ class UnrollStore:
       core_state=tuple(c[:, 0] for c in core),
     )
 
-  def _allocate(self, step: StepRecord) -> List[np.ndarray]:
+  def _set_structure(self, step: StepRecord) -> None:
     self._num_core = len(step.core_state)
     self._extra_names = tuple(step.extras)
     self._extra_set = frozenset(step.extras)
+    self._templates = [
+      (value.shape[1:], value.dtype) for value in self._flatten(step)
+    ]
+
+  def _new_arrays(self, size: int) -> List[np.ndarray]:
+    # Uninitialised: a slot is always written before an Unroll shows it.
+    assert self._templates is not None
     return [
-      np.zeros((self.num_envs, self.length) + value.shape[1:], value.dtype)
-      for value in self._flatten(step)
+      np.empty((size, self.length) + shape, dtype)
+      for shape, dtype in self._templates
     ]
 
   def reset(self, env_ids: np.ndarray) -> int:
@@ -141,35 +206,187 @@ class UnrollStore:
     """
     discarded = int(np.count_nonzero(self._pos[env_ids]))
     self._pos[env_ids] = 0
+    blocks = {id(b): b for b in map(self._block_of.__getitem__, env_ids)}
+    for block in blocks.values():
+      if block is not None and block.intact:
+        self._renew(block)  # the reset rows start again at slot 0
     return discarded
 
-  def append(self, env_ids: np.ndarray, step: StepRecord) -> Optional[Unroll]:
+  def observation_slots(self, env_ids: slice) -> Optional[np.ndarray]:
+    """Where the next `append` of envs `env_ids` (a slice of env ids) will
+    put their observations, as a writable view [B, *obs_shape], when they
+    are one block in lockstep; else None.
+
+    A caller that writes the observations there and appends a step whose
+    `observation` is this very view saves their copy. A slot is written
+    once, so the view keeps its contents (the Unroll will hold them).
+    """
+    first, stop = env_ids.start, env_ids.stop
+    block = self._block_of[first] if self._templates is not None else None
+    if (
+      block is None
+      or block.pos is None
+      or not self._fits(block, first, stop)
+      or block.stop != stop
+    ):
+      return None
+    self._slots = block.arrays[0][:, block.pos]
+    return self._slots
+
+  def append(
+    self, env_ids: Union[np.ndarray, slice], step: StepRecord
+  ) -> Optional[Unroll]:
     """Appends one step per env; returns the completed unrolls or None.
 
     Args:
-      env_ids: int [B] distinct env ids.
+      env_ids: int [B] distinct env ids, or slice(a, a + B) for a, ..., a + B
+        - 1.
       step: B envs' step; the same structure (core state arrays, extras
         names) and per-env shapes at every call.
 
     Returns:
-      None, or an Unroll of the C envs whose unroll completed with this step
-      (env_ids int32 [C], per-step fields [C, length, ...]).
+      None, or an Unroll of the C envs whose unroll completed with this step,
+      in the order of `env_ids` (env_ids int32 [C], per-step fields
+      [C, length, ...]); later steps never write into it.
     """
-    if self._buffers is None:
-      self._buffers = self._allocate(step)
-    pos = self._pos[env_ids]
-    for buffer, value in zip(self._buffers, self._flatten(step)):
-      buffer[env_ids, pos] = value
-    pos += 1
-    self._pos[env_ids] = pos
-    full = env_ids[pos == self.length]
-    if full.size == 0:
-      return None
-    keep = self.overlap
-    rows = []
-    for buffer in self._buffers:
-      row = buffer[full]  # a copy: later writes do not alias it
-      rows.append(row)
-      buffer[full, :keep] = row[:, self.length - keep :]
-    self._pos[full] = keep
-    return self._unflatten(full.astype(np.int32), rows)
+    if self._templates is None:
+      self._set_structure(step)
+    values = self._flatten(step)
+    size = len(values[0])
+    done: List[_Done] = []
+    for lo, hi, first in _runs(env_ids):
+      while lo < hi:
+        block = self._block_for(first, hi - lo)
+        if block.size == size:
+          rows = values
+        else:
+          rows = [v[lo : lo + block.size] for v in values]
+        self._write(block, rows, done)
+        lo += block.size
+        first += block.size
+    self._slots = None
+    return self._emit(done) if done else None
+
+  def _block_for(self, first: int, most: int) -> _Block:
+    """The block of envs [first, first + n), n <= `most`, to append to: the
+    intact block starting at `first`, else a new one (rows moved into it)."""
+    block = self._block_of[first]
+    if block is not None and self._fits(block, first, first + most):
+      return block
+    stop, end = first + 1, first + most
+    while stop < end and not self._fits(self._block_of[stop], stop, end):
+      stop += 1
+    return self._new_block(first, stop)
+
+  @staticmethod
+  def _fits(block: Optional[_Block], first: int, end: int) -> bool:
+    return (
+      block is not None
+      and block.first == first
+      and block.stop <= end
+      and block.intact
+    )
+
+  def _new_block(self, first: int, stop: int) -> _Block:
+    """A block for envs [first, stop), their partial unrolls moved into it."""
+    arrays = self._new_arrays(stop - first)
+    for env in range(first, stop):
+      old, steps = self._block_of[env], int(self._pos[env])
+      if old is not None:
+        old.owned -= 1
+        for new, array in zip(arrays, old.arrays):
+          new[env - first, :steps] = array[env - old.first, :steps]
+    block = _Block(first, stop - first, arrays, self._common_pos(first, stop))
+    self._block_of[first:stop] = [block] * block.size
+    return block
+
+  def _common_pos(self, first: int, stop: int) -> Optional[int]:
+    """The steps envs [first, stop) all hold, or None if they differ."""
+    pos = self._pos[first:stop]
+    return int(pos[0]) if (pos == pos[0]).all() else None
+
+  def _write(
+    self, block: _Block, values: List[np.ndarray], done: List[_Done]
+  ) -> None:
+    """Appends `values` (each [block.size, ...]) to `block`; notes in `done`
+    the rows it completed."""
+    pos = block.pos
+    if pos is not None:  # lockstep: one slice per array
+      for array, value in zip(block.arrays, values):
+        if value is not self._slots:  # else written by the caller
+          array[:, pos] = value
+      block.pos = pos + 1
+      self._pos[block.first : block.stop] = pos + 1
+      if pos + 1 == self.length:
+        done.append(_Done(block, None))
+      return
+    rows = np.arange(block.size)
+    positions = self._pos[block.first : block.stop]  # a view
+    for array, value in zip(block.arrays, values):
+      array[rows, positions] = value
+    positions += 1
+    full = np.flatnonzero(positions == self.length)
+    if full.size:
+      done.append(_Done(block, full))
+
+  def _emit(self, done: List[_Done]) -> Unroll:
+    """The Unroll of the completed rows in `done` (in order); their blocks
+    move on to new arrays (`_renew`)."""
+    if len(done) == 1 and done[0].rows is None:
+      # A whole block (envs in lockstep): its arrays become the Unroll.
+      block = done[0].block
+      arrays = block.arrays
+      self._renew(block)
+      env_ids = np.arange(block.first, block.stop, dtype=np.int32)
+      return self._unflatten(env_ids, arrays)
+    ids, parts = [], []
+    for block, rows in done:
+      if rows is None:
+        rows = np.arange(block.size)
+      ids.append(block.first + rows)
+      parts.append([array[rows] for array in block.arrays])  # copies
+      self._renew(block)
+    if len(parts) == 1:
+      return self._unflatten(ids[0].astype(np.int32), parts[0])
+    return self._unflatten(
+      np.concatenate(ids).astype(np.int32),
+      [np.concatenate(arrays) for arrays in zip(*parts)],
+    )
+
+  def _renew(self, block: _Block) -> None:
+    """Moves `block` onto new arrays with each env's live steps: an unroll
+    that completed keeps its last `overlap` steps, a reset one none.
+
+    Never rewriting a slot keeps every array handed out (Unrolls, the
+    views of `observation_slots`) as it was, without copying it.
+    """
+    length, keep = self.length, self.overlap
+    old, block.arrays = block.arrays, self._new_arrays(block.size)
+    positions = self._pos[block.first : block.stop]  # a view
+    pos = self._common_pos(block.first, block.stop)
+    if pos is not None:  # lockstep: one slice per array
+      live = slice(length - keep, length) if pos == length else slice(0, pos)
+      for new, array in zip(block.arrays, old):
+        new[:, : live.stop - live.start] = array[:, live]
+    else:
+      for row, pos in enumerate(positions.tolist()):
+        live = slice(length - keep, length) if pos == length else slice(0, pos)
+        for new, array in zip(block.arrays, old):
+          new[row, : live.stop - live.start] = array[row, live]
+    positions[positions == length] = keep
+    block.pos = self._common_pos(block.first, block.stop)
+
+
+def _runs(env_ids: Union[np.ndarray, slice]) -> List[Tuple[int, int, int]]:
+  """(lo, hi, env_ids[lo]) for the index ranges [lo, hi) of `env_ids`
+  holding consecutive increasing ids, in order (one for one actor's envs)."""
+  if isinstance(env_ids, slice):
+    return [(0, env_ids.stop - env_ids.start, env_ids.start)]
+  if not len(env_ids):
+    return []
+  bounds = [
+    0,
+    *(np.flatnonzero(np.diff(env_ids) != 1) + 1).tolist(),
+    len(env_ids),
+  ]
+  return [(lo, hi, int(env_ids[lo])) for lo, hi in zip(bounds[:-1], bounds[1:])]
