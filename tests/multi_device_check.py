@@ -190,7 +190,9 @@ def errors(placement):
   out["not_a_tuple"] = error_message(
     lambda: learner_lib.LearnerConfig(training_devices="GPU:0")
   )
-  # learner_main refuses an agent without multi-device training.
+  # learner_main refuses an agent without multi-device training: the
+  # plugin agent of tests/toy_agent, which does not set
+  # SUPPORTS_TRAINING_DEVICES.
   stderr = io.StringIO()
   with contextlib.redirect_stderr(stderr):
     code = learner_main.main(
@@ -198,14 +200,14 @@ def errors(placement):
         "--env",
         "classic",
         "--agent",
-        "ppo",
+        "tests.toy_agent",
         "--logdir",
         os.environ["MULTI_DEVICE_LOGDIR"],
         "--gin_bindings",
         "LearnerConfig.training_devices = ('/cpu:0', '/cpu:1')",
       ]
     )
-  out["ppo"] = {"code": code, "stderr": stderr.getvalue()}
+  out["unsupported"] = {"code": code, "stderr": stderr.getvalue()}
   return out
 
 

@@ -105,8 +105,8 @@ def test_misconfigurations_are_refused_clearly(report):
   assert e["not_a_tuple"].startswith(
     "LearnerConfig.training_devices must be a tuple of device names"
   )
-  assert e["ppo"]["code"] == 2
+  assert e["unsupported"]["code"] == 2
   assert (
-    "LearnerConfig.training_devices is not supported by the 'ppo' agent"
-    in e["ppo"]["stderr"]
+    "LearnerConfig.training_devices is not supported by the "
+    "'tests.toy_agent' agent" in e["unsupported"]["stderr"]
   )

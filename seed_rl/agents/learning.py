@@ -125,17 +125,23 @@ def compile_train_fn(
   network: Any,
   optimizer: optimizers.Optimizer,
   step_counter: tf.Variable,
+  after_update: Optional[Callable[[], None]] = None,
 ) -> Callable[..., Metrics]:
   """The single-device training step: `loss_and_gradients(*args)` for the
-  trainable variables of `network`, then `apply_update`; one compiled graph
-  call with `signature` (seed_rl.agents.multi_device splits the same step
-  over several devices)."""
+  trainable variables of `network`, then `apply_update`, then
+  `after_update()` if given (e.g. ACER's average network) and
+  `finish_update`; one compiled graph call with `signature`
+  (seed_rl.agents.multi_device splits the same step over several
+  devices)."""
 
   @tf.function(input_signature=signature)
   def train_fn(*args):
     gradients, metrics = loss_and_gradients(*args)
     variables = network.trainable_variables
-    return apply_update(optimizer, gradients, variables, metrics, step_counter)
+    metrics = apply_update(optimizer, gradients, variables, metrics)
+    if after_update is not None:
+      after_update()
+    return finish_update(metrics, step_counter, [optimizer])
 
   return train_fn
 

@@ -16,14 +16,21 @@ and advantage/std is merged from the shards' first and second moments; a
 metric that is not a mean (value/explained_variance) is the average of the
 shards' values. grad/* norms are those of the all-reduced gradient.
 
-Used by V-trace (SUPPORTS_TRAINING_DEVICES); an agent whose training step is
-`loss_and_gradients` followed by `learning.apply_update` can use it as is.
+A loss that uses a statistic of the whole batch (advantage normalisation in
+A2C and PPO) takes it from `moments`, which all-reduces the shards' moments
+inside the step, so every shard is normalised exactly as the unsplit batch.
+
+Used by V-trace, A2C and ACER through `compile_train_fn` (ACER's average
+policy network moves in `after_update`), and by PPO's minibatch steps
+through `run_sharded` (its minibatches are flat transitions, split along
+their one batch axis). An agent whose training step is `loss_and_gradients`
+followed by `learning.apply_update` can use `compile_train_fn` as is.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -33,6 +40,27 @@ from seed_rl.common import optimizers
 _STD, _MEAN = "advantage/std", "advantage/mean"
 
 
+def replica_mean(value: tf.Tensor) -> tf.Tensor:
+  """The mean of `value` over the replicas of the running training step
+  (inside strategy.run: an all-reduce); `value` itself on one device or in
+  cross-replica context, where it already covers the whole batch."""
+  context = tf.distribute.get_replica_context()
+  if context is None or context.num_replicas_in_sync == 1:
+    return value
+  return context.all_reduce(tf.distribute.ReduceOp.MEAN, value)
+
+
+def moments(x: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+  """Mean and population variance over all elements of `x` and of the other
+  replicas' shards: those of the unsplit batch, since shards are equal in
+  size (the mean of the shards' means is the batch mean, then the mean of
+  the shards' mean squared deviations from it the batch variance; the two
+  passes of tf.nn.moments, not E[x^2] - mean^2, which cancels badly)."""
+  mean = replica_mean(tf.reduce_mean(x))
+  variance = replica_mean(tf.reduce_mean(tf.square(x - tf.stop_gradient(mean))))
+  return mean, variance
+
+
 def compile_train_fn(
   strategy: tf.distribute.Strategy,
   signature: Sequence[Any],
@@ -40,54 +68,45 @@ def compile_train_fn(
   network: Any,
   optimizer: optimizers.Optimizer,
   step_counter: tf.Variable,
+  after_update: Optional[Callable[[], None]] = None,
 ) -> Callable[..., learning.Metrics]:
-  """`learning.compile_train_fn` split over the devices of `strategy`.
+  """`learning.compile_train_fn` split over the devices of `strategy`
+  (by `run_sharded`).
 
-  The compiled function takes the arrays of `signature`, each [T+1, B, ...]
-  (split along axis 1), then one tuple of start core states, each [B, ...]
-  (split along axis 0; () without recurrent state). Network, optimizer and
-  step counter must have been built under `strategy.scope()`.
+  The compiled function takes the arrays of `signature`, each [T(+1), B,
+  ...] (split along axis 1), and optionally, last, one tuple of start core
+  states, each [B, ...] (split along axis 0; () without recurrent state).
+  Network, optimizer and step counter must have been built under
+  `strategy.scope()`. `after_update` runs once, in cross-replica context,
+  after the optimizer step (mirrored variables it assigns update every
+  copy).
   """
-  n = strategy.num_replicas_in_sync
-  mean = tf.distribute.ReduceOp.MEAN
 
   def replica_step(*shard_args):
     gradients, metrics = loss_and_gradients(*shard_args)
     if _STD in metrics:
       # The shard's second moment: the MEAN reduce then merges exactly.
       metrics[_STD] = tf.square(metrics[_STD]) + tf.square(metrics[_MEAN])
-    return gradients, metrics
+    return gradients, metrics, ()
 
   @tf.function(input_signature=signature)
   def train_fn(*args):
-    *arrays, core_state = args
-
-    def shard(context):
-      i = context.replica_id_in_sync_group
-      return tuple(tf.split(x, n, axis=1)[i] for x in arrays) + (
-        tuple(tf.split(s, n, axis=0)[i] for s in core_state),
-      )
-
+    axes = [0 if isinstance(x, (tuple, list)) else 1 for x in args]
     with strategy.scope():
-      shards = strategy.experimental_distribute_values_from_function(shard)
-      gradients, replica_metrics = strategy.run(replica_step, args=shards)
       variables = network.trainable_variables
-      mirrored = [optimizers.tf_variable(v) for v in variables]
-      gradients = strategy.extended.batch_reduce_to(
-        mean, list(zip(gradients, mirrored))
+      gradients, first, metrics, _ = run_sharded(
+        strategy, replica_step, args, variables, axes
       )
-      metrics = {
-        name: strategy.reduce(mean, value, axis=None)
-        for name, value in replica_metrics.items()
-      }
       if _STD in metrics:
         metrics[_STD] = tf.sqrt(
           tf.maximum(metrics[_STD] - tf.square(metrics[_MEAN]), 0.0)
         )
-      first = [strategy.experimental_local_results(g)[0] for g in gradients]
-      return learning.apply_update(
-        optimizer, gradients, variables, metrics, step_counter, first
+      metrics = learning.apply_update(
+        optimizer, gradients, variables, metrics, norm_gradients=first
       )
+      if after_update is not None:
+        after_update()
+      return learning.finish_update(metrics, step_counter, [optimizer])
 
   return train_fn
 

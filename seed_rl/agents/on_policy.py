@@ -22,7 +22,9 @@ import numpy as np
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents import multi_device
 from seed_rl.common import agent_api
+from seed_rl.common import devices
 from seed_rl.common import distributions
 from seed_rl.common.agent_api import ActOutputs, Agent, Unroll
 from seed_rl.common.unroll_queue import UnrollQueue
@@ -107,6 +109,16 @@ class RawActionAgent(QueueAgent):
   _generator: tf.random.Generator
   # Whether act_fn also returns log pi(raw action | x) (PPO stores it).
   _act_log_prob = False
+  # The learner's devices (seed_rl/common/devices.py; `_init_placement`).
+  _placement = devices.Placement()
+
+  def _init_placement(self) -> None:
+    """Takes the learner's placement (LearnerConfig.training_devices and
+    inference_device); agents check their batch divides into its shards,
+    build weights, optimizer and step counter in
+    `multi_device.training_scope` and act in `multi_device.device_scope`
+    of the inference device."""
+    self._placement = devices.current()
 
   def _init_policy(self, bound_handling: str) -> None:
     """Categorical for discrete specs; a Gaussian for float32 vectors,
@@ -163,14 +175,15 @@ class RawActionAgent(QueueAgent):
       ]
     )
     def act_fn(observation, eval_mask):
-      params, value = network(self._preprocess(observation))
-      action, raw_action = learning.sample_actions(
-        distribution, params, generator, eval_mask
-      )
-      if not with_log_prob:
-        return action, raw_action, value
-      log_prob = distribution.log_prob(params, raw_action)
-      return action, raw_action, value, log_prob
+      with multi_device.device_scope(self._placement.inference_device):
+        params, value = network(self._preprocess(observation))
+        action, raw_action = learning.sample_actions(
+          distribution, params, generator, eval_mask
+        )
+        if not with_log_prob:
+          return action, raw_action, value
+        log_prob = distribution.log_prob(params, raw_action)
+        return action, raw_action, value, log_prob
 
     return act_fn
 

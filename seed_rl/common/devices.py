@@ -6,7 +6,8 @@ both inference and training on its default device (GPU:0 if there is one,
 else the CPU), with no tf.distribute in the way.
 
 With `training_devices = ('GPU:0', 'GPU:1', ...)` an agent that supports it
-(its module sets SUPPORTS_TRAINING_DEVICES: V-trace, DQN, R2D2, SAC, TD3)
+(its module sets SUPPORTS_TRAINING_DEVICES: V-trace, PPO, A2C, ACER, DQN,
+R2D2, SAC, TD3)
 creates its network and optimizer variables under a
 `tf.distribute.MirroredStrategy` over those devices, so every device holds
 a copy of the weights, and each training step splits the batch along B into

@@ -12,6 +12,11 @@ in the unroll as extras['raw_action'], so the loss re-evaluates exactly the
 density the action was drawn from (see common/distributions.py). The queue,
 raw-action plumbing and checkpoint are shared with PPO (agents/on_policy.py);
 the update step with every agent (agents/learning.py).
+
+With LearnerConfig.training_devices the update is data parallel
+(agents/multi_device.py): the batch is split along B, one shard per device,
+the shard gradients are averaged, and normalize_advantages uses the moments
+of the whole batch; the update equals the one-device update.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from typing import Mapping, Optional
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents import multi_device
 from seed_rl.agents import on_policy
 from seed_rl.agents.a2c import loss as loss_lib
 from seed_rl.agents.a2c import networks
 from seed_rl.agents.a2c.config import A2CConfig
 from seed_rl.common import agent_api
+from seed_rl.common import devices
 from seed_rl.common import optimizers
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Unroll
 from seed_rl.common.specs import ArraySpec
@@ -33,6 +40,10 @@ from seed_rl.common.specs import ArraySpec
 # Name in ActOutputs.extras / Unroll.extras (continuous actions only):
 # float32 [B, D] the Gaussian sample before clip / tanh.
 RAW_ACTION = on_policy.RAW_ACTION
+
+# Trains on several devices when LearnerConfig.training_devices is set (see
+# seed_rl/common/devices.py and seed_rl/agents/multi_device.py).
+SUPPORTS_TRAINING_DEVICES = True
 
 
 class A2CAgent(on_policy.RawActionAgent):
@@ -49,14 +60,21 @@ class A2CAgent(on_policy.RawActionAgent):
     cfg = self.config = config if config is not None else A2CConfig()
     self.unroll_length = cfg.unroll_length
     self._init_policy(cfg.bound_handling)
-    self._network = networks.make_network(
-      cfg, self._distribution, observation_spec
-    )
-    self._step_counter = optimizers.learner_step_counter()
-    self._optimizer = learning.scheduled_optimizer(
-      cfg, self._network.trainable_variables, self._step_counter
-    )
-    self._generator = tf.random.Generator.from_seed(cfg.seed)
+    self._init_placement()
+    if self._placement.strategy is not None:
+      devices.shard_size(
+        cfg.batch_size, self._placement, "A2CConfig.batch_size"
+      )
+    with multi_device.training_scope(self._placement.strategy):
+      self._network = networks.make_network(
+        cfg, self._distribution, observation_spec
+      )
+      self._step_counter = optimizers.learner_step_counter()
+      self._optimizer = learning.scheduled_optimizer(
+        cfg, self._network.trainable_variables, self._step_counter
+      )
+    with multi_device.device_scope(self._placement.inference_device):
+      self._generator = tf.random.Generator.from_seed(cfg.seed)
     self._init_queue(cfg.queue_capacity or cfg.batch_size, cfg.batch_size)
     self._act_fn = self._make_act_fn()
     self._train_fn = self._make_train_fn()
@@ -109,7 +127,9 @@ class A2CAgent(on_policy.RawActionAgent):
       observation, raw_action, rewards, terminated, truncated, bootstrap_value
     ):
       """Gradients of the A2C loss on observation [T+1, B, ...] and the T
-      transitions' raw_action [T, B, ...] and rewards / flags [T, B]."""
+      transitions' raw_action [T, B, ...] and rewards / flags [T, B] (B is
+      a device's shard of the batch under training devices)."""
+      b = observation.shape[1]
       if cfg.reward_clipping == "abs_one":
         rewards = tf.clip_by_value(rewards, -1.0, 1.0)
       flat_obs = tf.reshape(observation, ((t + 1) * b,) + obs_spec.shape)
@@ -141,13 +161,17 @@ class A2CAgent(on_policy.RawActionAgent):
       tf.TensorSpec([t, b], tf.bool),
       tf.TensorSpec([t, b], tf.float32),
     ]
-    return learning.compile_train_fn(
+    compile_args = (
       signature,
       loss_and_gradients,
       network,
       self._optimizer,
       self._step_counter,
     )
+    strategy = self._placement.strategy
+    if strategy is not None:
+      return multi_device.compile_train_fn(strategy, *compile_args)
+    return learning.compile_train_fn(*compile_args)
 
 
 def create_agent(

@@ -42,6 +42,7 @@ from typing import Dict, Tuple
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents import multi_device
 from seed_rl.agents.ppo import gae as gae_lib
 from seed_rl.common import distributions
 
@@ -103,7 +104,8 @@ def a2c_loss(
   log_prob = distribution.log_prob(params_t, raw_action)
   policy_advantages = advantages
   if normalize_advantages:
-    mean, variance = tf.nn.moments(advantages, axes=[0, 1])
+    # Over the whole batch, also when it is split over training devices.
+    mean, variance = multi_device.moments(advantages)
     policy_advantages = (advantages - mean) / (tf.sqrt(variance) + 1e-8)
   policy_loss = -tf.reduce_mean(log_prob * tf.stop_gradient(policy_advantages))
   values_t = values[:-1]

@@ -18,6 +18,14 @@ whole network, of which only the policy head is read) bounds each update as
 in section 3.3 of the paper (loss.trust_region_gradient). Replay contents
 are not checkpointed: a resumed run trains on-policy until replay holds
 min_replay_size unrolls again.
+
+With LearnerConfig.training_devices every update (on-policy or replayed:
+replay hands out whole unrolls as before) is data parallel
+(agents/multi_device.py): the [T+1, B] batch is split along B, one shard
+per device, each device computes Retrace and the (trust-region projected)
+gradient of its unrolls, the shard gradients are averaged, and the optimizer
+step and the average network's Polyak step are applied once to every
+device's copy; the update equals the one-device update.
 """
 
 from __future__ import annotations
@@ -29,10 +37,12 @@ import numpy as np
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents import multi_device
 from seed_rl.agents.acer import loss as loss_lib
 from seed_rl.agents.acer import networks
 from seed_rl.agents.acer.config import ACERConfig
 from seed_rl.common import agent_api
+from seed_rl.common import devices
 from seed_rl.common import distributions
 from seed_rl.common import optimizers
 from seed_rl.common import target_network
@@ -54,6 +64,10 @@ _REPLAY_FIELDS = (
   "bootstrap_value",
   "policy_version",
 )
+
+# Trains on several devices when LearnerConfig.training_devices is set (see
+# seed_rl/common/devices.py and seed_rl/agents/multi_device.py).
+SUPPORTS_TRAINING_DEVICES = True
 
 
 class ACERAgent(Agent):
@@ -80,6 +94,13 @@ class ACERAgent(Agent):
     self._distribution = distributions.for_action_spec(action_spec)
     assert action_spec.num_values is not None  # is_discrete
     self.num_actions = int(action_spec.num_values)
+    # The learner's devices (default: TF's one device, no strategy).
+    self._placement = devices.current()
+    strategy = self._placement.strategy
+    if strategy is not None:
+      devices.shard_size(
+        cfg.batch_size, self._placement, "ACERConfig.batch_size"
+      )
 
     def make_network(name):
       network = networks.ACERNetwork(
@@ -92,18 +113,22 @@ class ACERAgent(Agent):
       networks.build_network(network, observation_spec)
       return network
 
-    self._network = make_network("acer_network")
-    self._average = None
-    if cfg.trust_region:
-      self._average = make_network("acer_average_network")
-      target_network.hard_update(
-        self._network.trainable_variables, self._average.trainable_variables
+    # Both networks, the optimizer and the step counter are mirrored on
+    # every training device under a strategy.
+    with multi_device.training_scope(strategy):
+      self._network = make_network("acer_network")
+      self._average = None
+      if cfg.trust_region:
+        self._average = make_network("acer_average_network")
+        target_network.hard_update(
+          self._network.trainable_variables, self._average.trainable_variables
+        )
+      self._step_counter = optimizers.learner_step_counter()
+      self._optimizer = learning.scheduled_optimizer(
+        cfg, self._network.trainable_variables, self._step_counter
       )
-    self._step_counter = optimizers.learner_step_counter()
-    self._optimizer = learning.scheduled_optimizer(
-      cfg, self._network.trainable_variables, self._step_counter
-    )
-    self._generator = tf.random.Generator.from_seed(cfg.seed)
+    with multi_device.device_scope(self._placement.inference_device):
+      self._generator = tf.random.Generator.from_seed(cfg.seed)
     self._rng = np.random.default_rng(cfg.seed)
     self._queue = UnrollQueue(
       cfg.queue_capacity or cfg.batch_size, cfg.batch_size
@@ -232,6 +257,7 @@ class ACERAgent(Agent):
     obs_spec = self.observation_spec
     network, distribution = self._network, self._distribution
     generator = self._generator
+    device = self._placement.inference_device
 
     @tf.function(
       input_signature=[
@@ -241,40 +267,32 @@ class ACERAgent(Agent):
     )
     def act_fn(observation, eval_mask):
       """-> action [B], V(x) [B], behaviour logits [B, A]."""
-      logits, q = network(observation)
-      value = tf.reduce_sum(tf.nn.softmax(logits) * q, axis=-1)
-      sampled, _ = distribution.sample(logits, generator)
-      greedy, _ = distribution.mode(logits)
-      action = tf.where(eval_mask, greedy, sampled)
-      return action, value, logits
+      # With training devices, inference reads the first copy of mirrored
+      # weights (or the one on LearnerConfig.inference_device).
+      with multi_device.device_scope(device):
+        logits, q = network(observation)
+        value = tf.reduce_sum(tf.nn.softmax(logits) * q, axis=-1)
+        sampled, _ = distribution.sample(logits, generator)
+        greedy, _ = distribution.mode(logits)
+        action = tf.where(eval_mask, greedy, sampled)
+        return action, value, logits
 
     return act_fn
 
   def _make_train_fn(self):
-    """The compiled update on [T+1, B] unrolls.
+    """The compiled update on [T+1, B] unrolls (split along B over the
+    training devices when there are several).
 
-    Kept in one piece: the trust region projects the policy terms'
-    gradient with respect to pi inside the same tape pass that also
-    differentiates the value term, so the steps share one graph.
+    `loss_and_gradients` is kept in one piece: the trust region projects
+    the policy terms' gradient with respect to pi inside the same tape pass
+    that also differentiates the value term, so the steps share one graph.
     """
     cfg = self.config
     obs_spec, act_spec = self.observation_spec, self.action_spec
     t1, b, a = cfg.unroll_length + 1, cfg.batch_size, self.num_actions
     network, average = self._network, self._average
-    optimizer, step_counter = self._optimizer, self._step_counter
 
-    @tf.function(
-      input_signature=[
-        tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
-        tf.TensorSpec([t1, b], act_spec.dtype),
-        tf.TensorSpec([t1, b], tf.float32),
-        tf.TensorSpec([t1, b], tf.bool),
-        tf.TensorSpec([t1, b], tf.bool),
-        tf.TensorSpec([t1, b], tf.float32),
-        tf.TensorSpec([t1, b, a], tf.float32),
-      ]
-    )
-    def train_fn(
+    def loss_and_gradients(
       observation,
       action,
       reward,
@@ -283,8 +301,10 @@ class ACERAgent(Agent):
       bootstrap_value,
       behaviour_logits,
     ):
-      """One update on a time-major unroll batch: observation [T+1, B, ...],
-      the rest [T+1, B] in the Unroll layout, behaviour_logits [T+1, B, A]."""
+      """Gradients of the mean loss over a time-major unroll batch (a
+      device's shard of it under training devices): observation [T+1, B,
+      ...], the rest [T+1, B] in the Unroll layout, behaviour_logits
+      [T+1, B, A]; metrics."""
       if cfg.reward_clipping == "abs_one":
         reward = tf.clip_by_value(reward, -1.0, 1.0)
       variables = network.trainable_variables
@@ -309,37 +329,60 @@ class ACERAgent(Agent):
         total = terms["policy"] + terms["value"] + terms["entropy"]
         policy_objective = terms["policy"] + terms["entropy"]
       if average is None:
-        gradients = tape.gradient(total, variables)
-      else:
-        average_logits, _ = networks.unroll(average, observation)
-        loss_gradient = tape.gradient(policy_objective, probs)
-        adjusted, trust_metrics = loss_lib.trust_region_gradient(
-          loss_gradient[:-1],
-          probs[:-1],
-          tf.nn.softmax(average_logits)[:-1],
-          cfg.trust_region_delta,
-        )
-        metrics.update(trust_metrics)
-        # Step T's probabilities feed no policy term (zero gradient).
-        adjusted = tf.concat([adjusted, tf.zeros_like(probs[-1:])], axis=0)
-        policy_gradients = tape.gradient(
-          probs, variables, output_gradients=adjusted
-        )
-        value_gradients = tape.gradient(terms["value"], variables)
-        del tape
-        gradients = [
-          _add(p, v) for p, v in zip(policy_gradients, value_gradients)
-        ]
-      learning.apply_update(optimizer, gradients, variables, metrics)
-      if average is not None:
-        target_network.soft_update(
-          network.trainable_variables,
-          average.trainable_variables,
-          1.0 - cfg.average_policy_decay,
-        )
-      return learning.finish_update(metrics, step_counter, [optimizer])
+        return tape.gradient(total, variables), metrics
+      average_logits, _ = networks.unroll(average, observation)
+      loss_gradient = tape.gradient(policy_objective, probs)
+      # Per step (the gradient of a mean over the shard's steps, rescaled
+      # by their number), so a shard's projection is the batch's.
+      adjusted, trust_metrics = loss_lib.trust_region_gradient(
+        loss_gradient[:-1],
+        probs[:-1],
+        tf.nn.softmax(average_logits)[:-1],
+        cfg.trust_region_delta,
+      )
+      metrics.update(trust_metrics)
+      # Step T's probabilities feed no policy term (zero gradient).
+      adjusted = tf.concat([adjusted, tf.zeros_like(probs[-1:])], axis=0)
+      policy_gradients = tape.gradient(
+        probs, variables, output_gradients=adjusted
+      )
+      value_gradients = tape.gradient(terms["value"], variables)
+      del tape
+      gradients = [
+        _add(p, v) for p, v in zip(policy_gradients, value_gradients)
+      ]
+      return gradients, metrics
 
-    return train_fn
+    def update_average():
+      """The average network's Polyak step after each optimizer step."""
+      assert average is not None
+      target_network.soft_update(
+        network.trainable_variables,
+        average.trainable_variables,
+        1.0 - cfg.average_policy_decay,
+      )
+
+    signature = [
+      tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
+      tf.TensorSpec([t1, b], act_spec.dtype),
+      tf.TensorSpec([t1, b], tf.float32),
+      tf.TensorSpec([t1, b], tf.bool),
+      tf.TensorSpec([t1, b], tf.bool),
+      tf.TensorSpec([t1, b], tf.float32),
+      tf.TensorSpec([t1, b, a], tf.float32),
+    ]
+    compile_args = (
+      signature,
+      loss_and_gradients,
+      network,
+      self._optimizer,
+      self._step_counter,
+      update_average if average is not None else None,
+    )
+    strategy = self._placement.strategy
+    if strategy is not None:
+      return multi_device.compile_train_fn(strategy, *compile_args)
+    return learning.compile_train_fn(*compile_args)
 
 
 def _add(a, b):

@@ -19,6 +19,10 @@ measured from the *proximal* policy, the weights at the start of this update
 early stopping use KL(pi_start || pi). With no lag both are the same policy,
 as in synchronous PPO; with lag, a KL measured from mu would include the
 drift of earlier updates and could stop an update before its first step.
+
+With LearnerConfig.training_devices the update is data parallel and equals
+the one-device update (update.py): targets per device on a shard of the B
+unrolls, every minibatch split into equal shards, gradients averaged.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ import numpy as np
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents import multi_device
 from seed_rl.agents import on_policy
 from seed_rl.agents.ppo import loss as loss_lib
 from seed_rl.agents.ppo import networks
 from seed_rl.agents.ppo import update as update_lib
 from seed_rl.agents.ppo.config import PPOConfig
 from seed_rl.common import agent_api
+from seed_rl.common import devices
 from seed_rl.common import schedules
 from seed_rl.common import normalizers
 from seed_rl.common import optimizers
@@ -45,6 +51,10 @@ from seed_rl.common.specs import ArraySpec
 # Names in ActOutputs.extras / Unroll.extras.
 LOG_PROB = "log_prob"  # float32 [B] log mu(a|s) of the raw action.
 RAW_ACTION = on_policy.RAW_ACTION  # float32 [B, D] sample before clip/tanh.
+
+# Trains on several devices when LearnerConfig.training_devices is set (see
+# seed_rl/common/devices.py and seed_rl/agents/multi_device.py).
+SUPPORTS_TRAINING_DEVICES = True
 
 
 class TimeMajorBatch(NamedTuple):
@@ -79,31 +89,39 @@ class PPOAgent(on_policy.RawActionAgent):
     cfg = self.config = config if config is not None else PPOConfig()
     self.unroll_length = cfg.unroll_length
     self._init_policy(cfg.bound_handling)
+    self._init_placement()
+    if self._placement.strategy is not None:
+      self._check_shards()
     self._init_normalizers()
-    self._network = networks.PPONetwork(
-      cfg.torso or networks.default_torso(observation_spec),
-      self._distribution,
-      log_std=cfg.log_std,
-      init_log_std=cfg.init_log_std,
-      shared_torso=cfg.shared_torso,
-      name="ppo_network",
-    )
-    networks.build_network(
-      self._network,
-      observation_spec,
-      "float32" if self._obs_normalizer is not None else None,
-    )
-    # The rate is a variable set before every update from step_counter: it is
-    # annealed per PPO update, not per minibatch (the optimizer's own
-    # iteration count varies with early stopping).
-    self._optimizer = learning.adam(
-      cfg, cfg.learning_rate, self._network.trainable_variables
-    )
-    self._step_counter = optimizers.learner_step_counter()
+    # Weights, optimizer slots and the step counter are mirrored on every
+    # training device (the normalizer statistics and kl_coef, set between
+    # updates, are single variables every device reads).
+    with multi_device.training_scope(self._placement.strategy):
+      self._network = networks.PPONetwork(
+        cfg.torso or networks.default_torso(observation_spec),
+        self._distribution,
+        log_std=cfg.log_std,
+        init_log_std=cfg.init_log_std,
+        shared_torso=cfg.shared_torso,
+        name="ppo_network",
+      )
+      networks.build_network(
+        self._network,
+        observation_spec,
+        "float32" if self._obs_normalizer is not None else None,
+      )
+      # The rate is a variable set before every update from step_counter: it
+      # is annealed per PPO update, not per minibatch (the optimizer's own
+      # iteration count varies with early stopping).
+      self._optimizer = learning.adam(
+        cfg, cfg.learning_rate, self._network.trainable_variables
+      )
+      self._step_counter = optimizers.learner_step_counter()
     self._kl_coef = tf.Variable(
       cfg.initial_kl_coef, dtype=tf.float32, trainable=False, name="kl_coef"
     )
-    self._generator = tf.random.Generator.from_seed(cfg.seed)
+    with multi_device.device_scope(self._placement.inference_device):
+      self._generator = tf.random.Generator.from_seed(cfg.seed)
     self._shuffle_rng = np.random.default_rng(cfg.seed)
     self._init_queue(cfg.queue_capacity or cfg.batch_size, cfg.batch_size)
     self._act_fn = self._make_act_fn()
@@ -115,8 +133,28 @@ class PPOAgent(on_policy.RawActionAgent):
       self._kl_coef,
       self._preprocess,
       self._time_major_signature(),
+      self._placement.strategy,
     )
     self._targets_fn, self._update_fn = update.targets_fn, update.update_fn
+
+  def _check_shards(self) -> None:
+    """With training devices: the B unrolls (targets) and every minibatch
+    of transitions split into equal shards, one per device."""
+    cfg = self.config
+    devices.shard_size(cfg.batch_size, self._placement, "PPOConfig.batch_size")
+    steps = cfg.unroll_length * cfg.batch_size
+    if steps % cfg.num_minibatches:
+      raise ValueError(
+        f"PPOConfig.unroll_length * batch_size ({steps}) must be divisible "
+        f"by num_minibatches ({cfg.num_minibatches}) with "
+        "LearnerConfig.training_devices: each minibatch splits into equal "
+        "shards, one per device"
+      )
+    devices.shard_size(
+      steps // cfg.num_minibatches,
+      self._placement,
+      "PPOConfig.unroll_length * batch_size / num_minibatches",
+    )
 
   def _init_normalizers(self) -> None:
     """The observation normalizer and reward scaler the config asks for."""

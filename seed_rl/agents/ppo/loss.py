@@ -21,6 +21,7 @@ from typing import Dict, Optional, Tuple
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents import multi_device
 
 LOSS_TYPES = ("clip", "kl_penalty")
 
@@ -28,8 +29,9 @@ LOSS_TYPES = ("clip", "kl_penalty")
 def normalize_advantages(
   advantages: tf.Tensor, epsilon: float = 1e-8
 ) -> tf.Tensor:
-  """[N] -> zero mean, unit (population) std over the N samples."""
-  mean, var = tf.nn.moments(advantages, axes=[0])
+  """[N] -> zero mean, unit (population) std over the N samples (over the
+  whole minibatch when it is split over training devices)."""
+  mean, var = multi_device.moments(advantages)
   return (advantages - mean) / (tf.sqrt(var) + epsilon)
 
 

@@ -4,15 +4,26 @@ The agent (agent.py) owns the queue, normalizer statistics, annealing and the
 KL-coefficient adaptation; this module turns one time-major batch into
 weight updates, shuffled minibatch by minibatch, with optional early
 stopping on the KL from the policy at the start of the update.
+
+With LearnerConfig.training_devices (a MirroredStrategy) the update stays
+one graph call and equals the one-device update: every device computes the
+values, GAE and proximal policy of its shard of the B unrolls (GAE runs
+along T only; the shards are gathered back into [T, B] in column order),
+then each minibatch of transitions is split into equal shards, one per
+device, whose gradients are averaged (agents/multi_device.py); advantage
+normalisation uses the moments of the whole minibatch
+(multi_device.moments). Shuffling, early stopping and the metrics read the
+whole batch or the averaged minibatch metrics, as on one device.
 """
 
 from __future__ import annotations
 
-from typing import Callable, List, NamedTuple
+from typing import Callable, List, NamedTuple, Optional
 
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents import multi_device
 from seed_rl.agents.ppo import gae as gae_lib
 from seed_rl.agents.ppo import loss as loss_lib
 from seed_rl.agents.ppo.config import PPOConfig
@@ -63,6 +74,8 @@ class PPOUpdate:
     preprocess: raw observations -> network inputs (e.g. normalisation).
     signature: TensorSpecs of (observation [T+1, B, ...], raw_action
       [T, B, ...], rewards, terminated, truncated, bootstrap_value [T, B]).
+    strategy: the MirroredStrategy of the training devices (network and
+      optimizer built in its scope), or None for one device.
   """
 
   def __init__(
@@ -74,6 +87,7 @@ class PPOUpdate:
     kl_coef: tf.Variable,
     preprocess: Callable[[tf.Tensor], tf.Tensor],
     signature: List[tf.TensorSpec],
+    strategy: Optional[tf.distribute.Strategy] = None,
   ):
     self._config = config
     self._network = network
@@ -82,10 +96,30 @@ class PPOUpdate:
     self._kl_coef = kl_coef
     self._preprocess = preprocess
     self._signature = list(signature)
-    self.targets_fn = tf.function(
-      self._targets, input_signature=self._signature
-    )
+    self._strategy = strategy
+
+    def targets(*args):
+      with multi_device.training_scope(strategy):
+        return self._batch_targets(*args)
+
+    self.targets_fn = tf.function(targets, input_signature=self._signature)
     self.update_fn = self._make_update_fn()
+
+  def _batch_targets(self, *target_args):
+    """`_targets` of the whole batch: with training devices, each device's
+    of its shard of the B unrolls, gathered back along B."""
+    strategy = self._strategy
+    if strategy is None:
+      return self._targets(*target_args)
+    n = strategy.num_replicas_in_sync
+    shards = strategy.experimental_distribute_values_from_function(
+      lambda context: tuple(
+        tf.split(x, n, axis=1)[context.replica_id_in_sync_group]
+        for x in target_args
+      )
+    )
+    per_replica = strategy.run(self._targets, args=shards)
+    return tuple(strategy.gather(x, axis=1) for x in per_replica)
 
   def _targets(
     self,
@@ -131,7 +165,28 @@ class PPOUpdate:
     return values, advantages, returns, params, log_prob
 
   def _minibatch_step(self, batch: Transitions, clip_ratio):
-    """One gradient step on a minibatch of transitions; returns its metrics."""
+    """One gradient step on a minibatch of transitions; returns its metrics.
+
+    With training devices the minibatch [N', ...] is split into equal
+    shards along N', one per device, and their gradients averaged.
+    """
+    variables = self._network.trainable_variables
+
+    def loss_and_gradients(*shard):
+      gradients, metrics = self._loss_and_gradients(
+        Transitions(*shard), clip_ratio
+      )
+      return gradients, metrics, ()  # no per-item outputs
+
+    gradients, first, metrics, _ = multi_device.run_sharded(
+      self._strategy, loss_and_gradients, tuple(batch), variables
+    )
+    return learning.apply_update(
+      self._optimizer, gradients, variables, metrics, norm_gradients=first
+    )
+
+  def _loss_and_gradients(self, batch: Transitions, clip_ratio):
+    """Gradients of the PPO loss on (a shard of) a minibatch, metrics."""
     cfg, distribution = self._config, self._distribution
     variables = self._network.trainable_variables
     with tf.GradientTape() as tape:
@@ -168,8 +223,7 @@ class PPOUpdate:
     metrics["ppo/update_kl"] = tf.reduce_mean(
       tf.exp(log_ratio) - 1.0 - log_ratio
     )
-    gradients = tape.gradient(total, variables)
-    return learning.apply_update(self._optimizer, gradients, variables, metrics)
+    return tape.gradient(total, variables), metrics
 
   def _flat_targets(self, target_args, behaviour_log_prob) -> Transitions:
     """Targets of a time-major batch, flattened to its N = T*B transitions.
@@ -180,8 +234,8 @@ class PPOUpdate:
       behaviour_log_prob: [T, B].
     """
     observation, raw_action = target_args[:2]
-    values, advantages, returns, prox_params, prox_log_prob = self._targets(
-      *target_args
+    values, advantages, returns, prox_params, prox_log_prob = (
+      self._batch_targets(*target_args)
     )
     return Transitions(
       *(
@@ -215,18 +269,21 @@ class PPOUpdate:
       [T, B], order [num_epochs, T*B] (one shuffle per epoch) and
       clip_ratio []."""
       target_args, (behaviour_log_prob, order, clip_ratio) = args[:6], args[6:]
-      data = self._flat_targets(target_args, behaviour_log_prob)
-      explained_variance = diagnostics.explained_variance(
-        data.old_values, data.returns
-      )
-      out = self._epochs(data, target_args, order, clip_ratio)
-      out["value/explained_variance"] = explained_variance
-      if cfg.loss == "kl_penalty":
-        params, _ = self._network(self._preprocess(data.observation))
-        out["ppo/update_kl_final"] = tf.reduce_mean(
-          self._distribution.kl(data.prox_params, params)
+      with multi_device.training_scope(self._strategy):
+        data = self._flat_targets(target_args, behaviour_log_prob)
+        explained_variance = diagnostics.explained_variance(
+          data.old_values, data.returns
         )
-      return out
+        out = self._epochs(data, target_args, order, clip_ratio)
+        out["value/explained_variance"] = explained_variance
+        if cfg.loss == "kl_penalty":
+          # One forward pass per update, for the KL adaptation: on one
+          # device (the first copy of the weights, cross-replica context).
+          params, _ = self._network(self._preprocess(data.observation))
+          out["ppo/update_kl_final"] = tf.reduce_mean(
+            self._distribution.kl(data.prox_params, params)
+          )
+        return out
 
     return update_fn
 
@@ -243,7 +300,7 @@ class PPOUpdate:
     stopped = tf.constant(False)
     for epoch in tf.range(tf.shape(order)[0]):
       if cfg.recompute_advantages_each_epoch and epoch > 0:
-        _, new_adv, new_ret, _, _ = self._targets(*target_args)
+        _, new_adv, new_ret, _, _ = self._batch_targets(*target_args)
         advantages, returns = _flat(new_adv), _flat(new_ret)
       for m in tf.range(num_minibatches):
         # Equal-as-possible contiguous slices of this epoch's permutation.
