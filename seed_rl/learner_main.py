@@ -29,6 +29,10 @@ _STOP_FLAGS = (
 )
 
 
+# How long a finished learner keeps its open actor streams to tell them so.
+FINISH_GRACE_S = 10.0
+
+
 class _SetupError(Exception):
   """A mistake in the flags or the configuration: one message, exit 2."""
 
@@ -363,10 +367,13 @@ def _serve(
     signal.signal(sig, on_signal)
   try:
     reason = learner.run(stop)
-    if learner.finished:
-      time.sleep(1.0)  # every stepping actor hears "finished" meanwhile
   finally:
-    server.stop(0)
+    # A finished run answers every stream's next message with "finished"
+    # (the actor exits 0). The server refuses new calls now but gives the
+    # open streams up to FINISH_GRACE_S to send that message: a fixed short
+    # wait cut off actors whose step was slower, and they then waited
+    # forever for a learner that would never come back.
+    server.stop(FINISH_GRACE_S if learner.finished else 0)
   return reason
 
 
