@@ -9,12 +9,16 @@ and, for Atari, the frame stack (actors send one 84x84 frame per step).
 from __future__ import annotations
 
 import sys
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, List, Optional, Tuple, Union
 
 import numpy as np
 
 from seed_rl.common.agent_api import CoreState
 from seed_rl.common.specs import ArraySpec
+
+# Envs per run of consecutive ids, on average, from which `stacked` pushes
+# packed stacks run by run in place rather than by gather and scatter.
+_MIN_RUN = 4
 
 # Rows of per-env tables: env ids int [B], or slice(a, a + B) when they are
 # exactly a, ..., a + B - 1 (one actor's envs, the usual batch), which reads
@@ -35,6 +39,22 @@ def env_index(env_ids: np.ndarray) -> EnvIndex:
   ):
     return env_ids
   return slice(first, first + n)
+
+
+def runs(env_ids: EnvIndex) -> List[Tuple[int, int, int]]:
+  """(lo, hi, env_ids[lo]) for the index ranges [lo, hi) of `env_ids`
+  holding consecutive increasing ids, in order (one per actor in a batch
+  merged from several)."""
+  if isinstance(env_ids, slice):
+    return [(0, env_ids.stop - env_ids.start, env_ids.start)]
+  if not len(env_ids):
+    return []
+  bounds = [
+    0,
+    *(np.flatnonzero(np.diff(env_ids) != 1) + 1).tolist(),
+    len(env_ids),
+  ]
+  return [(lo, hi, int(env_ids[lo])) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def index_ids(index: EnvIndex) -> np.ndarray:
@@ -153,10 +173,11 @@ class EnvStateTable:
     commit=False computes the stack without storing it (for the final
     observation of a truncated episode, which no later frame follows).
     """
+    spans = runs(env_ids) if self._packed and commit else []
     if self.stack is None:
       stacked = frames
-    elif self._packed and commit and isinstance(env_ids, slice):
-      return self._push_packed(env_ids, frames, out)
+    elif spans and len(spans) * _MIN_RUN <= len(frames):
+      return self._push_packed(spans, frames, out)
     elif self._packed:
       words = self.stack.view(np.uint32)[..., 0]  # [N, H, W], a view
       packed = (words[env_ids] >> 8) | (frames.astype(np.uint32) << 24)
@@ -175,28 +196,33 @@ class EnvStateTable:
     return out
 
   def _push_packed(
-    self, env_ids: slice, frames: np.ndarray, out: Optional[np.ndarray]
+    self,
+    spans: List[Tuple[int, int, int]],
+    frames: np.ndarray,
+    out: Optional[np.ndarray],
   ) -> np.ndarray:
-    """`stacked` for packed stacks of consecutive envs: in-place ufuncs on a
-    view of the table, then one copy out (into `out` or a new array).
+    """`stacked` for packed stacks, by runs of consecutive envs (`runs`):
+    in-place ufuncs on views of the table, then one copy out (into `out` or
+    a new array).
 
     No gather, scatter or temporaries: a fresh ~1 MB temporary per call can
     cost hundreds of page faults, and every pass over the stacks is a pass
     over memory that is rarely in cache.
     """
     assert self.stack is not None
-    words = self.stack[env_ids].view(np.uint32)[..., 0]  # [B, H, W]
-    size = env_ids.stop - env_ids.start
-    if self._scratch.shape[0] < size:
-      self._scratch = np.empty((size,) + self._scratch.shape[1:], np.uint32)
-    newest = self._scratch[:size]
-    np.copyto(newest, frames)
-    np.left_shift(newest, 24, out=newest)
-    np.right_shift(words, 8, out=words)
-    np.bitwise_or(words, newest, out=words)
+    longest = max(hi - lo for lo, hi, _ in spans)
+    if self._scratch.shape[0] < longest:
+      self._scratch = np.empty((longest,) + self._scratch.shape[1:], np.uint32)
     if out is None or out.dtype != np.uint8:
-      out = np.empty(self.stack[env_ids].shape, np.uint8)
-    np.copyto(out.view(np.uint32)[..., 0], words)
+      out = np.empty((len(frames),) + self.stack.shape[1:], np.uint8)
+    for lo, hi, first in spans:
+      words = self.stack[first : first + hi - lo].view(np.uint32)[..., 0]
+      newest = self._scratch[: hi - lo]
+      np.copyto(newest, frames[lo:hi])
+      np.left_shift(newest, 24, out=newest)
+      np.right_shift(words, 8, out=words)
+      np.bitwise_or(words, newest, out=words)
+      np.copyto(out[lo:hi].view(np.uint32)[..., 0], words)
     return out
 
 

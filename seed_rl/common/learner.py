@@ -11,6 +11,7 @@ always uses the latest weights; the gap is logged as `perf/policy_lag`.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import threading
 import time
 from typing import Dict, List, Optional, Tuple
@@ -158,7 +159,7 @@ class Learner:
     self._infer_seconds += time.perf_counter() - t0
     if len(batches) == 1:
       return [action]
-    return np.split(action, np.cumsum([b.num_envs for b in batches])[:-1])
+    return _split_actions(action, batches)
 
   def _handle_restarts(
     self, env_ids: np.ndarray, rows: EnvIndex, run_ids: np.ndarray
@@ -547,16 +548,28 @@ class Learner:
       self._writer.close()
 
 
+_step_batch_fields = operator.attrgetter(
+  *(field.name for field in dataclasses.fields(StepBatch))
+)
+
+
 def _merge_batches(batches: List[StepBatch]) -> StepBatch:
   """One StepBatch of every env in `batches` (in order)."""
   if len(batches) == 1:
     return batches[0]
-  return StepBatch(
-    *(
-      np.concatenate([getattr(b, field.name) for b in batches])
-      for field in dataclasses.fields(StepBatch)
-    )
-  )
+  columns = zip(*map(_step_batch_fields, batches))
+  return StepBatch(*(np.concatenate(column) for column in columns))
+
+
+def _split_actions(
+  action: np.ndarray, batches: List[StepBatch]
+) -> List[np.ndarray]:
+  """Each batch's rows of `action` (views), in order."""
+  parts, start = [], 0
+  for b in batches:
+    parts.append(action[start : start + b.num_envs])
+    start += b.num_envs
+  return parts
 
 
 def _concat_inputs(a: ActInputs, b: ActInputs) -> ActInputs:

@@ -21,6 +21,7 @@ paths that give the same Unrolls.
 
 from __future__ import annotations
 
+import operator
 from typing import (
   Any,
   Dict,
@@ -29,12 +30,12 @@ from typing import (
   NamedTuple,
   Optional,
   Tuple,
-  Union,
 )
 
 import numpy as np
 
 from seed_rl.common.agent_api import CoreState, Unroll
+from seed_rl.common.env_state import EnvIndex, runs
 
 # StepRecord's per-step fields, stored as they are, in this order.
 PER_STEP_FIELDS = (
@@ -48,6 +49,9 @@ PER_STEP_FIELDS = (
   "value",
   "policy_version",
 )
+
+
+_per_step_fields = operator.attrgetter(*PER_STEP_FIELDS)
 
 
 class StepRecord(NamedTuple):
@@ -97,20 +101,17 @@ class _Block:
   a block that lost envs is never written again.
   """
 
-  __slots__ = ("first", "size", "arrays", "owned", "pos")
+  __slots__ = ("first", "stop", "size", "arrays", "owned", "pos")
 
   def __init__(
     self, first: int, size: int, arrays: List[np.ndarray], pos: Optional[int]
   ):
     self.first = first
+    self.stop = first + size
     self.size = size
     self.arrays = arrays
     self.owned = size
     self.pos = pos
-
-  @property
-  def stop(self) -> int:
-    return self.first + self.size
 
   @property
   def intact(self) -> bool:
@@ -164,11 +165,11 @@ class UnrollStore:
         f"arrays and extras {sorted(step.extras)}, the first step had "
         f"{self._num_core} and {sorted(self._extra_names)}"
       )
-    return (
-      [getattr(step, name) for name in PER_STEP_FIELDS]
-      + list(step.core_state)
-      + [step.extras[name] for name in self._extra_names]
-    )
+    return [
+      *_per_step_fields(step),
+      *step.core_state,
+      *[step.extras[name] for name in self._extra_names],
+    ]
 
   def _unflatten(self, env_ids: np.ndarray, rows: List[np.ndarray]) -> Unroll:
     """`rows`: `_flatten`'s arrays, each [C, length, ...] -> an Unroll."""
@@ -233,9 +234,7 @@ class UnrollStore:
     self._slots = block.arrays[0][:, block.pos]
     return self._slots
 
-  def append(
-    self, env_ids: Union[np.ndarray, slice], step: StepRecord
-  ) -> Optional[Unroll]:
+  def append(self, env_ids: EnvIndex, step: StepRecord) -> Optional[Unroll]:
     """Appends one step per env; returns the completed unrolls or None.
 
     Args:
@@ -254,29 +253,31 @@ class UnrollStore:
     values = self._flatten(step)
     size = len(values[0])
     done: List[_Done] = []
-    for lo, hi, first in _runs(env_ids):
-      while lo < hi:
-        block = self._block_for(first, hi - lo)
+    for lo, hi, first in runs(env_ids):
+      for block in self._blocks_for(first, hi - lo):
         if block.size == size:
           rows = values
         else:
           rows = [v[lo : lo + block.size] for v in values]
         self._write(block, rows, done)
         lo += block.size
-        first += block.size
     self._slots = None
     return self._emit(done) if done else None
 
-  def _block_for(self, first: int, most: int) -> _Block:
-    """The block of envs [first, first + n), n <= `most`, to append to: the
-    intact block starting at `first`, else a new one (rows moved into it)."""
-    block = self._block_of[first]
-    if block is not None and self._fits(block, first, first + most):
-      return block
-    stop, end = first + 1, first + most
-    while stop < end and not self._fits(self._block_of[stop], stop, end):
-      stop += 1
-    return self._new_block(first, stop)
+  def _blocks_for(self, first: int, size: int) -> List[_Block]:
+    """The blocks holding envs [first, first + size) in order: the intact
+    blocks that cover them exactly (e.g. several actors merged into one
+    batch), else one new block for all of them (their rows moved into it;
+    a run of envs stays one block however it was split before)."""
+    blocks, env, stop = [], first, first + size
+    while env < stop:
+      block = self._block_of[env]
+      if not self._fits(block, env, stop):
+        return [self._new_block(first, stop)]
+      assert block is not None  # narrowed by _fits
+      blocks.append(block)
+      env = block.stop
+    return blocks
 
   @staticmethod
   def _fits(block: Optional[_Block], first: int, end: int) -> bool:
@@ -341,10 +342,12 @@ class UnrollStore:
       return self._unflatten(env_ids, arrays)
     ids, parts = [], []
     for block, rows in done:
-      if rows is None:
-        rows = np.arange(block.size)
-      ids.append(block.first + rows)
-      parts.append([array[rows] for array in block.arrays])  # copies
+      if rows is None:  # copied by the concatenation below
+        ids.append(np.arange(block.first, block.stop))
+        parts.append(block.arrays)
+      else:
+        ids.append(block.first + rows)
+        parts.append([array[rows] for array in block.arrays])  # copies
       self._renew(block)
     if len(parts) == 1:
       return self._unflatten(ids[0].astype(np.int32), parts[0])
@@ -375,18 +378,3 @@ class UnrollStore:
           new[row, : live.stop - live.start] = array[row, live]
     positions[positions == length] = keep
     block.pos = self._common_pos(block.first, block.stop)
-
-
-def _runs(env_ids: Union[np.ndarray, slice]) -> List[Tuple[int, int, int]]:
-  """(lo, hi, env_ids[lo]) for the index ranges [lo, hi) of `env_ids`
-  holding consecutive increasing ids, in order (one for one actor's envs)."""
-  if isinstance(env_ids, slice):
-    return [(0, env_ids.stop - env_ids.start, env_ids.start)]
-  if not len(env_ids):
-    return []
-  bounds = [
-    0,
-    *(np.flatnonzero(np.diff(env_ids) != 1) + 1).tolist(),
-    len(env_ids),
-  ]
-  return [(lo, hi, int(env_ids[lo])) for lo, hi in zip(bounds[:-1], bounds[1:])]
