@@ -63,6 +63,9 @@ ENV_OF_OBS = {"atari": "atari", "cartpole": "classic"}
 # Messages every stream sends before the measurement starts: two fills of
 # the null agent's unrolls (T + 1 = 21 steps).
 WARMUP_MESSAGES = 42
+# A learner that starves some streams never warms them all up: measure
+# anyway after this long (the line then says "warmed_up": false).
+WARMUP_LIMIT_S = 120.0
 
 
 # ---------------------------------------------------------------- learner --
@@ -200,16 +203,30 @@ async def _stream(
   )
   request.observation_spec.CopyFrom(codec.encode_spec(specs[0]))
   request.action_spec.CopyFrom(codec.encode_spec(specs[1]))
-  hello = await hello_stub.Hello(request, wait_for_ready=True, timeout=60)
-  messages = _messages(obs, k, hello.first_env_id, rng)
-  every = max(1, EPISODE_STEPS[obs] // k)
-  sequence = int(rng.integers(1, 2**40))
   step = channel.stream_stream(
     "/seed_rl.SeedRL/Step",
     request_serializer=None,
     response_deserializer=None,
   )
-  call = step(metadata=((protocol.SESSION_METADATA_KEY, hello.session_id),))
+  sequence = int(rng.integers(1, 2**40))
+  # A real actor reconnects when its stream fails; so does this one, while
+  # connecting (seen once in a few runs of 1,024 streams: the client's
+  # first write failed with INTERNAL before reaching the learner).
+  for attempt in range(10):
+    try:
+      hello = await hello_stub.Hello(request, wait_for_ready=True, timeout=60)
+      messages = _messages(obs, k, hello.first_env_id, rng)
+      call = step(metadata=((protocol.SESSION_METADATA_KEY, hello.session_id),))
+      sequence += 1
+      await call.write(messages[0] + b"\x50" + _varint(sequence))
+      if await call.read() is not grpc.aio.EOF:
+        break
+    except grpc.aio.AioRpcError:
+      if attempt == 9:
+        raise
+    stats["retries"] += 1
+    await asyncio.sleep(0.5)
+  every = max(1, EPISODE_STEPS[obs] // k)
   stats["connected"] += 1
   i = 0
   latencies = stats["latencies"]
@@ -257,6 +274,7 @@ async def _load(args) -> dict:
     "messages": 0,
     "latencies": [],
     "sent": [0] * args.streams,
+    "retries": 0,
   }
   tasks = [
     asyncio.ensure_future(
@@ -286,8 +304,11 @@ async def _load(args) -> dict:
   # filled twice: the first fill of the learner's buffers page-faults
   # (fresh memory), which is a start-up cost, not a steady-state one.
   await asyncio.sleep(args.warmup)
-  while min(stats["sent"]) < WARMUP_MESSAGES:
+  give_up = time.monotonic() + WARMUP_LIMIT_S
+  while min(stats["sent"]) < WARMUP_MESSAGES and time.monotonic() < give_up:
     await asyncio.sleep(0.1)
+  warmed_up = min(stats["sent"]) >= WARMUP_MESSAGES
+  sent_before = list(stats["sent"])
   clock["measuring"] = True
   print("MARK start", flush=True)
   t0 = time.perf_counter()
@@ -297,8 +318,14 @@ async def _load(args) -> dict:
   print("MARK end", flush=True)
   clock["done"] = True
   await asyncio.wait(tasks, timeout=10)
-  latencies = np.asarray(stats["latencies"]) * 1e3
+  latencies = np.asarray(stats["latencies"] or [float("nan")]) * 1e3
+  per_stream = np.asarray(stats["sent"]) - np.asarray(sent_before)
   return {
+    "connect_retries": stats["retries"],
+    "warmed_up": warmed_up,
+    # Starvation: the least and most served streams of the window.
+    "stream_messages_min": int(per_stream.min()),
+    "stream_messages_max": int(per_stream.max()),
     "messages": stats["messages"],
     "seconds": elapsed,
     "latency_p50_ms": float(np.percentile(latencies, 50)),
@@ -440,6 +467,10 @@ def _measure(args, streams: int, k: int) -> dict:
     "latency_p99_ms": round(result["latency_p99_ms"], 3),
     "learner_rss_mib": round(rss, 1),
     "messages_per_s": round(result["messages"] / result["seconds"], 1),
+    "warmed_up": result["warmed_up"],
+    "connect_retries": result["connect_retries"],
+    "stream_messages_min": result["stream_messages_min"],
+    "stream_messages_max": result["stream_messages_max"],
     "pinned": len(CPUS) == 2,
   }
 
