@@ -109,15 +109,19 @@ class EnvStateTable:
     self.stacked_spec = stacked_observation_spec(observation_spec, frame_stack)
     self.stack = self.stacked_spec.zeros(num_envs) if frame_stack > 1 else None
     # Four uint8 frames per pixel are one little-endian uint32 whose low byte
-    # is the oldest frame: pushing a frame is a shift and an OR on a
-    # [N, H, W] uint32 view, ~10x faster than interleaving channels.
+    # is the newest frame: pushing a frame is a shift and an OR on a
+    # [N, H, W] uint32 view, ~10x faster than interleaving channels, and the
+    # word's big-endian bytes are the agent's layout (oldest frame first),
+    # written by the byte-swapping copy out.
     self._packed = (
       frame_stack == 4
       and self.stack is not None
       and self.stack.dtype == np.uint8
       and sys.byteorder == "little"
     )
-    # The newest frames as uint32 << 24 (per call, grown to the largest B).
+    if self._packed and self.stack is not None:
+      self._words = self.stack.view(np.uint32)[..., 0]  # [N, H, W], a view
+    # The newest frames as uint32 (per call, grown to the longest run).
     self._scratch: np.ndarray = np.empty(
       (0,) + observation_spec.shape, np.uint32
     )
@@ -176,14 +180,14 @@ class EnvStateTable:
     spans = runs(env_ids) if self._packed and commit else []
     if self.stack is None:
       stacked = frames
-    elif spans and len(spans) * _MIN_RUN <= len(frames):
+    elif spans and len(spans) * _MIN_RUN <= max(len(frames), _MIN_RUN):
+      # One run, or runs of _MIN_RUN envs on average.
       return self._push_packed(spans, frames, out)
     elif self._packed:
-      words = self.stack.view(np.uint32)[..., 0]  # [N, H, W], a view
-      packed = (words[env_ids] >> 8) | (frames.astype(np.uint32) << 24)
+      packed = (self._words[env_ids] << 8) | frames.astype(np.uint32)
       if commit:
-        words[env_ids] = packed
-      stacked = packed[..., None].view(np.uint8)  # [B, H, W, 4]
+        self._words[env_ids] = packed
+      stacked = packed.astype(">u4")[..., None].view(np.uint8)  # [B, H, W, 4]
     else:
       stacked = np.concatenate(
         [self.stack[env_ids, ..., 1:], frames[..., None]], axis=-1
@@ -216,13 +220,12 @@ class EnvStateTable:
     if out is None or out.dtype != np.uint8:
       out = np.empty((len(frames),) + self.stack.shape[1:], np.uint8)
     for lo, hi, first in spans:
-      words = self.stack[first : first + hi - lo].view(np.uint32)[..., 0]
+      words = self._words[first : first + hi - lo]
       newest = self._scratch[: hi - lo]
       np.copyto(newest, frames[lo:hi])
-      np.left_shift(newest, 24, out=newest)
-      np.right_shift(words, 8, out=words)
+      np.left_shift(words, 8, out=words)
       np.bitwise_or(words, newest, out=words)
-      np.copyto(out[lo:hi].view(np.uint32)[..., 0], words)
+      np.copyto(out[lo:hi].view(">u4")[..., 0], words)
     return out
 
 
