@@ -99,14 +99,19 @@ class Learner:
     batch_size = min(
       self.config.inference_batch_size or self.num_envs, self.num_envs
     )
-    # A run takes every pending request: under load batches grow (cheaper
-    # per env) instead of queueing.
+    # A run takes every pending request up to max_inference_batch_size:
+    # under load batches grow (cheaper per env) instead of queueing.
     self._batcher = DynamicBatcher(
       self._infer,
       batch_size,
       self.config.batch_timeout_ms / 1000.0,
       size_fn=lambda b: b.num_envs,
-      max_batch_size=self.num_envs,
+      max_batch_size=max(
+        batch_size,
+        min(
+          self.config.max_inference_batch_size or self.num_envs, self.num_envs
+        ),
+      ),
     )
 
   # ----------------------------------------------------------- inference --
@@ -315,9 +320,9 @@ class Learner:
   _versions = np.zeros(0, np.int64)  # _policy_versions' last rows
 
   def _policy_versions(self, size: int) -> np.ndarray:
-    """int64 [size] of the recorded policy version (a view of a buffer
-    refilled only when the version or the size grows: unroll appends copy
-    it)."""
+    """int64 [size] of the recorded policy version: a view of a buffer
+    refilled only when the version changes or `size` outgrows it (unroll
+    appends copy it)."""
     version = self._acting_version
     if version is None:
       version = self._acting_version = self._policy_version()

@@ -238,8 +238,8 @@ class UnrollStore:
     """Appends one step per env; returns the completed unrolls or None.
 
     Args:
-      env_ids: int [B] distinct env ids, or slice(a, a + B) for a, ..., a + B
-        - 1.
+      env_ids: int [B] distinct env ids, or slice(a, a + B) for the ids
+        a, a + 1, ..., a + B - 1.
       step: B envs' step; the same structure (core state arrays, extras
         names) and per-env shapes at every call.
 
