@@ -369,6 +369,7 @@ def _learner_state_gib(obs: str, envs: int, model: str) -> float:
 
 def _measure(args, streams: int, k: int) -> dict:
   config = {
+    **({"gin_bindings": args.gin_bindings} if args.gin_bindings else {}),
     "model": args.model,
     "obs": args.obs,
     "streams": streams,
@@ -401,7 +402,7 @@ def _measure(args, streams: int, k: int) -> dict:
     os.path.join(tmp, "logdir"),
     "--max_seconds",
     str(args.warmup + args.seconds + 600),
-  ]
+  ] + [f"--gin_bindings={b}" for b in args.gin_bindings]
   pin = lambda i: ["taskset", "-c", str(CPUS[i])] if len(CPUS) == 2 else []
   learner = subprocess.Popen(
     pin(1)
@@ -501,6 +502,13 @@ def main(argv: Optional[List[str]] = None) -> int:
   p.add_argument("--max_learner_gib", type=float, default=8.0)
   p.add_argument(
     "--quiet", action="store_true", help="hide the learner's own output"
+  )
+  p.add_argument(
+    "--gin_bindings",
+    action="append",
+    default=[],
+    help="passed to the learner, e.g. "
+    "'LearnerConfig.max_inference_batch_size = 256' (repeatable)",
   )
   args = p.parse_args(argv)
   for streams in args.streams:

@@ -21,6 +21,12 @@ class LearnerConfig:
     any value above that. Smaller values let actors run out of step: while
     some wait for inference, others step their envs (Atari V-trace triggers
     on one 32-env actor).
+  max_inference_batch_size: most envs one inference call takes (whole
+    requests, at least inference_batch_size); None: every env. With many
+    actors in step an unbounded call grows to thousands of envs, holds every
+    actor until it is done and costs more per env (64 actors x 32 Atari
+    envs, null model: 45 -> 33 us of learner CPU per agent step, p99
+    latency 2.2 s -> 0.27 s with 512; 128 and 256 measured the same).
   batch_timeout_ms: longest wait of a pending request for a fuller batch.
   frame_stack: observations stacked on the learner (4 for Atari frames).
   checkpoint_every_s: seconds between checkpoints (also saved at shutdown).
@@ -42,6 +48,7 @@ class LearnerConfig:
   """
 
   inference_batch_size: Optional[int] = None
+  max_inference_batch_size: Optional[int] = 512
   batch_timeout_ms: float = 2.0
   frame_stack: int = 1
   checkpoint_every_s: float = 600.0
@@ -68,6 +75,14 @@ class LearnerConfig:
           f"e.g. ('GPU:0', 'GPU:1'), or None; got {self.training_devices!r}"
         )
       self.training_devices = tuple(self.training_devices) or None
+    if (
+      self.max_inference_batch_size is not None
+      and self.max_inference_batch_size < 1
+    ):
+      raise ValueError(
+        "LearnerConfig.max_inference_batch_size must be >= 1 or None (every "
+        f"env), got {self.max_inference_batch_size}"
+      )
     if self.inference_batch_size is not None and self.inference_batch_size < 1:
       raise ValueError(
         "LearnerConfig.inference_batch_size must be >= 1 or "
