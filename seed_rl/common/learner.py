@@ -212,6 +212,9 @@ class Learner:
     observation = st.stacked(rows, b.observation, out=slots)
     if observation is not slots:
       slots = None  # not written there (another dtype)
+    else:  # an agent writing into its inputs would change the unroll
+      observation = observation.view()
+      observation.flags.writeable = False
     inputs = ActInputs(
       env_ids=b.env_ids,
       observation=observation,
