@@ -50,7 +50,6 @@ from typing import Dict, List, Optional
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
 
 # The load generator and the learner each get a core of their own when there
