@@ -140,3 +140,53 @@ def test_a_step_of_another_structure_is_refused():
 def test_bad_geometry_is_refused(length, overlap):
   with pytest.raises(ValueError):
     UnrollStore(num_envs=1, length=length, overlap=overlap)
+
+
+def test_block_arrays_are_reused_only_once_nothing_holds_them():
+  """A completed unroll's arrays go back to the store for later unrolls
+  (no fresh pages per unroll) only after every Unroll, view and row made
+  from them is gone: a held unroll never changes."""
+  store = UnrollStore(num_envs=4, length=3, overlap=1)
+  ids = slice(0, 4)
+  held, expected = [], []
+  for t in range(40):
+    out = store.append(ids, _step(t, np.arange(4)))
+    if out is None:
+      continue
+    if len(held) < 3:  # keep the first three (and a view of one)
+      held.append(out)
+      expected.append(out.observation.copy())
+    elif len(held) == 3:
+      held.append(out.reward[1:])  # a view keeps its base alive too
+      expected.append(out.reward[1:].copy())
+  for kept, want in zip(held, expected):
+    got = kept if isinstance(kept, np.ndarray) else kept.observation
+    np.testing.assert_array_equal(got, want)
+  # Unrolls dropped at once were recycled: 19 unrolls, 4 of them held.
+  assert store.arrays_reused >= 10
+
+
+def test_append_each_gives_one_unroll_per_block_with_the_same_rows():
+  """Two actors' blocks completing in one call: `append_each` hands out each
+  block's unroll as it is, `append` the same rows concatenated."""
+  each, joined = UnrollStore(8, 3, 1), UnrollStore(8, 3, 1)
+  for t in range(7):
+    # Two blocks ([0, 4) and [4, 8)) appended separately first, then merged.
+    for ids in [slice(0, 4), slice(4, 8)] if t == 0 else [slice(0, 8)]:
+      n = ids.stop - ids.start
+      step = _step(t, np.arange(ids.start, ids.stop))
+      units = each.append_each(ids, step)
+      whole = joined.append(ids, step)
+      if whole is None:
+        assert units == []
+        continue
+      assert [u.env_ids.tolist() for u in units] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+      for field in ("observation", "reward", "action", "policy_version"):
+        np.testing.assert_array_equal(
+          np.concatenate([getattr(u, field) for u in units]),
+          getattr(whole, field),
+        )
+      np.testing.assert_array_equal(
+        np.concatenate([u.core_state[0] for u in units]), whole.core_state[0]
+      )
+      assert n == 8

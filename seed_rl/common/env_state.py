@@ -121,10 +121,6 @@ class EnvStateTable:
     )
     if self._packed and self.stack is not None:
       self._words = self.stack.view(np.uint32)[..., 0]  # [N, H, W], a view
-    # The newest frames as uint32 (per call, grown to the longest run).
-    self._scratch: np.ndarray = np.empty(
-      (0,) + observation_spec.shape, np.uint32
-    )
 
   def refresh_run_ids(
     self, env_ids: EnvIndex, run_ids: np.ndarray
@@ -214,17 +210,14 @@ class EnvStateTable:
     over memory that is rarely in cache.
     """
     assert self.stack is not None
-    longest = max(hi - lo for lo, hi, _ in spans)
-    if self._scratch.shape[0] < longest:
-      self._scratch = np.empty((longest,) + self._scratch.shape[1:], np.uint32)
     if out is None or out.dtype != np.uint8:
       out = np.empty((len(frames),) + self.stack.shape[1:], np.uint8)
     for lo, hi, first in spans:
       words = self._words[first : first + hi - lo]
-      newest = self._scratch[: hi - lo]
-      np.copyto(newest, frames[lo:hi])
       np.left_shift(words, 8, out=words)
-      np.bitwise_or(words, newest, out=words)
+      # The uint8 frames widen inside the ufunc's buffer: no uint32 copy of
+      # them in memory (one pass less over the stacks' size).
+      np.bitwise_or(words, frames[lo:hi], out=words)
       np.copyto(out[lo:hi].view(">u4")[..., 0], words)
     return out
 

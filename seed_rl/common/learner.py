@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import sys
 import threading
 import time
 from typing import Dict, List, Optional, Tuple
@@ -19,6 +20,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from seed_rl.common import agent_api
+from seed_rl.common import episode_stats
 from seed_rl.common import metrics as metrics_lib
 from seed_rl.common import profiling
 from seed_rl.common.agent_api import ActInputs, Agent
@@ -37,6 +39,10 @@ from seed_rl.common.unroll_store import StepRecord, UnrollStore
 # the inference thread's whole batch ('act', the agent's forward pass, is
 # part of it) and the training thread's steps.
 PROFILED_SECTIONS = ("inference", "act", "training")
+# At most one warning per this many seconds about actors whose episode
+# statistics disagree with the learner's own count (the count of them is
+# the `integrity/episode_stat_mismatches` scalar).
+MISMATCH_LOG_INTERVAL_S = 10.0
 
 
 class Learner:
@@ -76,7 +82,6 @@ class Learner:
     self.unrolls = UnrollStore(
       self.num_envs, agent.unroll_length + 1, agent.unroll_overlap
     )
-    self.episodes = metrics_lib.EpisodeTracker()
     self.profiler = profiler
     self._checkpointer = checkpointer
     self._writer = summary_writer
@@ -85,6 +90,20 @@ class Learner:
     self._stop = threading.Event()
     self._train_error: Optional[BaseException] = None
     self.env_steps = checkpointer.env_steps if checkpointer else 0
+    # Episode statistics come from what the learner itself received (see
+    # episode_stats.py): the actor-reported ones are only cross-checked.
+    # After a resume, actors may still be mid-episode: an env's first
+    # message then starts nothing.
+    self.episodes = metrics_lib.EpisodeTracker()
+    self.episode_stats = episode_stats.EpisodeStats(
+      self.num_envs, first_message_starts=self.env_steps == 0
+    )
+    # Ended episodes whose actor-reported return or length disagreed with
+    # the learner's count, and ended episodes not counted (start not seen).
+    self.episode_stat_mismatches = 0
+    self.uncounted_episodes = 0
+    self._mismatch_log = _Throttle(MISMATCH_LOG_INTERVAL_S)
+    self._merge_buffer = _MergeBuffer()
     self._act_seconds = 0.0
     self._infer_seconds = 0.0
     self._samples_trained = 0.0  # transitions trained on (with reuse)
@@ -151,15 +170,15 @@ class Learner:
     `batches`; returns each batch's actions [K_i, *action_shape]."""
     t0 = time.perf_counter()
     with self.profiler.section("inference"):
-      b = _merge_batches(batches)
+      b = _merge_batches(batches, self._merge_buffer)
       size = b.num_envs
       rows = env_index(b.env_ids)
       restarted = self._handle_restarts(b.env_ids, rows, b.run_ids)
+      self._count_episodes(b, rows, restarted)
       inputs, slots = self._act_inputs(b, rows, restarted)
       out = self._act(inputs)
       action = np.asarray(out.action[:size], self.action_spec.dtype)
       self.state.scatter(rows, tuple(c[:size] for c in out.core_state), action)
-      self._track_episodes(batches)
       self._record_step(b, rows, inputs, slots, out, action)
     self._infer_seconds += time.perf_counter() - t0
     if len(batches) == 1:
@@ -252,14 +271,64 @@ class Learner:
     self._act_seconds += time.perf_counter() - t
     return out
 
-  def _track_episodes(self, batches: List[StepBatch]) -> None:
-    for b in batches:
-      prefix = (
-        "eval"
-        if b.num_envs and b.env_ids[0] >= self.num_train_envs
-        else "episode"
+  def _count_episodes(
+    self, b: StepBatch, rows: EnvIndex, restarted: Optional[np.ndarray]
+  ) -> None:
+    """Adds this step of every env of `b` to its running episode; the
+    episodes that ended (and whose start the learner saw) go to the
+    statistics, and the actor's report of them is cross-checked."""
+    finished = self.episode_stats.update(
+      rows, b.reward, b.terminated | b.truncated, restarted
+    )
+    if finished is None:
+      return
+    self.uncounted_episodes += finished.uncounted
+    if not finished.size:
+      return
+    evaluated = finished.env_ids >= self.num_train_envs
+    num_eval = np.count_nonzero(evaluated)
+    if num_eval < finished.size:
+      train = ~evaluated
+      self.episodes.add(
+        finished.returns[train], finished.lengths[train], "episode"
       )
-      self.episodes.add(b.episode_return, b.episode_length, prefix)
+    if num_eval:
+      self.episodes.add(
+        finished.returns[evaluated], finished.lengths[evaluated], "eval"
+      )
+    mismatched = episode_stats.cross_check(
+      finished, b.episode_return, b.episode_length
+    )
+    count = int(np.count_nonzero(mismatched))
+    if count:
+      self.episode_stat_mismatches += count
+      if self._mismatch_log.ready():
+        self._log_mismatch(b, finished, mismatched)
+
+  def _log_mismatch(
+    self,
+    b: StepBatch,
+    finished: episode_stats.Finished,
+    mismatched: np.ndarray,
+  ) -> None:
+    i = int(np.flatnonzero(mismatched)[0])
+    j = int(finished.report_index[i])
+    if j < b.episode_return.shape[0] and j < b.episode_length.shape[0]:
+      theirs = (
+        f"return {float(b.episode_return[j]):g} over "
+        f"{int(b.episode_length[j])} steps"
+      )
+    else:
+      theirs = "no matching statistics"
+    metrics_lib.log(
+      f"[learner] WARNING: env {int(finished.env_ids[i])}'s actor reported "
+      f"{theirs} for the episode that just ended; the learner counted "
+      f"return {float(finished.returns[i]):g} over "
+      f"{int(finished.lengths[i])} steps from the steps it received and "
+      f"uses that ({self.episode_stat_mismatches} mismatched episode "
+      f"report(s) so far; logged at most every "
+      f"{MISMATCH_LOG_INTERVAL_S:g} s)"
+    )
 
   def _record_step(
     self,
@@ -300,8 +369,9 @@ class Learner:
     if num_train < size:
       train = ~evaluated
       rows, step = b.env_ids[train], step.rows(train)
-    completed = self.unrolls.append(rows, step)
-    if completed is not None:
+    # One Unroll per actor's block: several completing together are not
+    # concatenated (a copy of all of them).
+    for completed in self.unrolls.append_each(rows, step):
       self.agent.add_unrolls(completed)
 
   @property
@@ -481,6 +551,8 @@ class Learner:
       ) / env_steps
     scalars["perf/env_steps"] = self.env_steps
     scalars["actors/discarded_partial_unrolls"] = self.discarded_partial_unrolls
+    scalars["integrity/episode_stat_mismatches"] = self.episode_stat_mismatches
+    scalars["integrity/uncounted_episodes"] = self.uncounted_episodes
     if batches:
       scalars["perf/inference_batch_size"] = (
         self._batcher.envs_served - last["envs"]
@@ -556,17 +628,71 @@ class Learner:
       self._writer.close()
 
 
-_step_batch_fields = operator.attrgetter(
-  *(field.name for field in dataclasses.fields(StepBatch))
+class _Throttle:
+  """True at most once per `interval_s` (the first call included)."""
+
+  def __init__(self, interval_s: float):
+    self._interval_s = interval_s
+    self._last = -float("inf")
+
+  def ready(self) -> bool:
+    now = time.monotonic()
+    if now - self._last < self._interval_s:
+      return False
+    self._last = now
+    return True
+
+
+_STEP_BATCH_FIELDS = tuple(
+  field.name for field in dataclasses.fields(StepBatch)
 )
+_step_batch_fields = operator.attrgetter(*_STEP_BATCH_FIELDS)
+_OBSERVATION = _STEP_BATCH_FIELDS.index("observation")
 
 
-def _merge_batches(batches: List[StepBatch]) -> StepBatch:
-  """One StepBatch of every env in `batches` (in order)."""
+class _MergeBuffer:
+  """Reused storage for the observations of merged batches.
+
+  Merging 16 Atari messages of 32 envs makes a 3.6 MB array per inference
+  call; freshly allocated, its pages are mapped and zeroed by the kernel
+  each time (`perf`: ~7% of the learner's CPU). The buffer is reused only
+  while nothing else holds it or a view of it (an agent may keep its
+  inputs), so a merged batch never changes after it was handed out."""
+
+  def __init__(self):
+    self._buffer: Optional[np.ndarray] = None
+
+  def concatenate(self, parts: Tuple[np.ndarray, ...]) -> np.ndarray:
+    rows = sum(len(p) for p in parts)
+    buffer, first = self._buffer, parts[0]
+    if (
+      buffer is None
+      or buffer.shape[0] < rows
+      or buffer.shape[1:] != first.shape[1:]
+      or buffer.dtype != first.dtype
+      # Held: the attribute, `buffer` and getrefcount's argument only.
+      or sys.getrefcount(buffer) > 3
+    ):
+      buffer = self._buffer = np.empty((rows,) + first.shape[1:], first.dtype)
+    return np.concatenate(parts, out=buffer[:rows])
+
+
+def _merge_batches(
+  batches: List[StepBatch], frames: Optional[_MergeBuffer] = None
+) -> StepBatch:
+  """One StepBatch of every env in `batches` (in order); `frames` holds
+  the merged observations when given."""
   if len(batches) == 1:
     return batches[0]
   columns = zip(*map(_step_batch_fields, batches))
-  return StepBatch(*(np.concatenate(column) for column in columns))
+  return StepBatch(
+    *(
+      frames.concatenate(column)
+      if i == _OBSERVATION and frames is not None
+      else np.concatenate(column)
+      for i, column in enumerate(columns)
+    )
+  )
 
 
 def _split_actions(

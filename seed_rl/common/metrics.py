@@ -34,7 +34,8 @@ _SHORT = {
 
 
 class EpisodeTracker:
-  """Returns and lengths of finished episodes (thread-safe).
+  """Returns and lengths of finished episodes (thread-safe), as the learner
+  counted them itself (episode_stats.py), never as actors report them.
 
   `recent_mean` is the mean return of the last `window` training episodes,
   the criterion the launcher's --target_return checks (CartPole's 'solved').

@@ -99,6 +99,12 @@ class StepBatch:
     final_observation: [sum(truncated), *obs_shape].
     episode_return: float32 [E] undiscounted raw returns of finished episodes.
     episode_length: int32 [E] their lengths in agent steps.
+
+  The learner does not believe `episode_return` / `episode_length`: it
+  counts every episode itself from `reward` and the end flags of the steps
+  it received (common/episode_stats.py) and only cross-checks the actor's
+  report against that (a disagreement is counted and logged). They stay in
+  the protocol for that check and for the actor's own logs.
   """
 
   env_ids: np.ndarray
