@@ -11,9 +11,31 @@ epsilon), and prints one JSON line:
    "max_return": ..., "returns": [...], "episode_lengths": [...],
    "learner_step": ..., "env_steps": ..., "checkpoint": "...", ...}
 
+Atari runs: --protocol picks the episodes the papers score (the envs
+always play full games, all lives, raw rewards):
+
+  run     the run's own env settings (its gin config; the default)
+  noop30  up to 30 no-op frames at each start (ale_py draws 0-29), no
+          sticky actions, episodes capped at 108,000 frames (Mnih et al.,
+          2015; SEED RL's setup)
+  sticky  sticky actions with p = 0.25, no no-op starts, 108,000-frame cap
+          (Machado et al., 2018; Dopamine)
+
+and --noop_max N, --sticky_actions P, --max_episode_frames F override one
+setting on top of it. --episodes states the number of episodes (e.g. 30).
+The JSON line then also has "game", "protocol" (the settings played:
+noop_max, sticky_actions, max_episode_frames, ...) and
+"human_normalized_score": (mean_return - random) / (human - random) with
+the random and human scores of seed_rl.atari.scores (null for a game
+outside its 57).
+
 --video FILE.mp4 records the first episode of env 0: gymnasium envs
-(classic, MuJoCo) render RGB frames; envs that cannot render but see images
-(Atari) are shown as the frames the agent sees, scaled up 4x. Needs the
+(classic, MuJoCo) render RGB frames; Atari records the game's colour
+screen (ALE's 210x160 frames, scaled 2x; the same game as the scored env 0,
+played by a twin env with its seed and actions) or, with
+--video_source agent, the 84x84 grayscale frames the agent sees, scaled 4x
+(as envs that cannot render but see images always are). Atari videos play
+in real time by default (15 fps: 60 Hz over frameskip 4). Needs the
 `video` extra: pip install -e '.[video]'.
 """
 
@@ -30,6 +52,24 @@ import numpy as np
 from seed_rl.common import saved_run
 
 VIDEO_EXTRA_HINT = "pip install -e '.[video]'"
+ATARI_ENV_MODULE = "seed_rl.atari.env"
+MAX_EPISODE_FRAMES = 108_000  # 30 minutes of play at 60 Hz
+# --protocol: create_environment overrides of Atari runs ('run': none).
+PROTOCOLS: Dict[str, Dict[str, Any]] = {
+  "run": {},
+  "noop30": {
+    "noop_max": 30,
+    "repeat_action_probability": 0.0,
+    "max_num_frames_per_episode": MAX_EPISODE_FRAMES,
+  },
+  "sticky": {
+    "noop_max": 0,
+    "repeat_action_probability": 0.25,
+    "max_num_frames_per_episode": MAX_EPISODE_FRAMES,
+  },
+}
+VIDEO_SOURCES = ("game", "agent")
+DEFAULT_FPS = 30.0
 
 
 def _video_writer(path: str, fps: float):
@@ -63,6 +103,93 @@ def _even(frame: np.ndarray) -> np.ndarray:
   return np.ascontiguousarray(frame[:h, :w, :3])
 
 
+def is_atari(run) -> bool:
+  """Whether `run` (a saved_run.LoadedRun) plays seed_rl's Atari envs."""
+  return getattr(run.env_module, "__name__", None) == ATARI_ENV_MODULE
+
+
+def atari_settings(
+  protocol: str = "run",
+  noop_max: Optional[int] = None,
+  sticky_actions: Optional[float] = None,
+  max_episode_frames: Optional[int] = None,
+) -> Dict[str, Any]:
+  """`atari.create_environment` keyword arguments of `protocol` (see the
+  module docstring) with the given settings overriding it ({} for 'run'
+  without overrides: the run's own settings).
+
+  Raises:
+    ValueError: an unknown protocol or a setting out of range.
+  """
+  if protocol not in PROTOCOLS:
+    raise ValueError(
+      f"unknown --protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}"
+    )
+  settings = dict(PROTOCOLS[protocol])
+  if noop_max is not None:
+    if noop_max < 0:
+      raise ValueError(f"--noop_max must be >= 0, got {noop_max}")
+    settings["noop_max"] = int(noop_max)
+  if sticky_actions is not None:
+    if not 0.0 <= sticky_actions <= 1.0:
+      raise ValueError(
+        f"--sticky_actions must be in [0, 1], got {sticky_actions}"
+      )
+    settings["repeat_action_probability"] = float(sticky_actions)
+  if max_episode_frames is not None:
+    if max_episode_frames < 1:
+      raise ValueError(
+        f"--max_episode_frames must be >= 1, got {max_episode_frames}"
+      )
+    settings["max_num_frames_per_episode"] = int(max_episode_frames)
+  return settings
+
+
+def protocol_report(name: str, env) -> Dict[str, Any]:
+  """The JSON line's "protocol": what the Atari episodes were."""
+  played = env.settings
+  return {
+    "name": name,
+    "noop_max": played["noop_max"],
+    "sticky_actions": played["repeat_action_probability"],
+    "max_episode_frames": played["max_num_frames_per_episode"],
+    "frameskip": played["frameskip"],
+    "use_fire_reset": played["use_fire_reset"],
+    "full_games": played["full_games"],
+  }
+
+
+def _create_env(
+  run,
+  num_envs: int,
+  seed: int,
+  settings: Dict[str, Any],
+  video: bool,
+  video_source: str,
+):
+  """The run's env with `settings` (Atari runs), rendering for `video`."""
+  from seed_rl.actors import factory  # pylint: disable=g-import-not-at-top
+
+  if not is_atari(run):
+    if settings:
+      raise ValueError(
+        "--protocol, --noop_max, --sticky_actions and --max_episode_frames "
+        f"apply to Atari runs; this run's env is {run.env}"
+      )
+    if not video:
+      return run.create_environment(num_envs, seed)
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame, headless
+    with factory.rendering("rgb_array"):
+      return run.create_environment(num_envs, seed)
+  kwargs = dict(settings)
+  if video and video_source == "game":
+    kwargs["render_mode"] = "rgb_array"
+  # Explicit arguments win over the run's gin bindings.
+  return run.env_module.create_environment(
+    num_envs=num_envs, seed=seed, **kwargs
+  )
+
+
 def is_image(spec) -> bool:
   shape = tuple(spec.shape)
   return np.dtype(spec.dtype) == np.uint8 and (
@@ -77,43 +204,78 @@ def evaluate(
   seed: int = 0,
   num_envs: int = 1,
   video: Optional[str] = None,
-  fps: float = 30.0,
+  fps: Optional[float] = None,
+  protocol: str = "run",
+  noop_max: Optional[int] = None,
+  sticky_actions: Optional[float] = None,
+  max_episode_frames: Optional[int] = None,
+  video_source: str = "game",
 ) -> Dict[str, Any]:
   """Plays `episodes` episodes with `run.agent` (a saved_run.LoadedRun).
 
   Env i plays its share of the episodes (so short episodes are not
-  over-counted); the video shows env 0's first episode.
+  over-counted); the video shows env 0's first episode. `protocol` and the
+  settings after it apply to Atari runs (see the module docstring);
+  `fps` None: real time for Atari (15), else 30.
   """
-  from seed_rl.actors import factory  # pylint: disable=g-import-not-at-top
-
   if episodes < 1 or num_envs < 1:
     raise ValueError("--episodes and --num_envs must be >= 1")
+  if video_source not in VIDEO_SOURCES:
+    raise ValueError(
+      f"--video_source {video_source!r}; choose one of "
+      f"{', '.join(VIDEO_SOURCES)}"
+    )
+  settings = atari_settings(
+    protocol, noop_max, sticky_actions, max_episode_frames
+  )
   n = min(num_envs, episodes)
   quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
-  writer = _video_writer(video, fps) if video else None
-  if writer is not None:
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame, headless
-    with factory.rendering("rgb_array"):
-      env = run.create_environment(n, seed)
-  else:
-    env = run.create_environment(n, seed)
+  env = _create_env(run, n, seed, settings, bool(video), video_source)
+  writer = None
   start = time.monotonic()
   try:
-    returns, lengths, frames_written = _play(run, env, quota, greedy, writer)
+    if video:
+      writer = _video_writer(video, fps or _natural_fps(run, env))
+    returns, lengths, frames_written = _play(
+      run, env, quota, greedy, writer, video_source
+    )
   finally:
     env.close()
     if writer is not None:
       writer.close()
   result = _summary(run, returns, lengths, greedy, seed)
+  if is_atari(run):
+    from seed_rl.atari import scores  # pylint: disable=g-import-not-at-top
+
+    result["game"] = env.game
+    result["protocol"] = protocol_report(protocol, env)
+    result["human_normalized_score"] = (
+      scores.human_normalized(env.game, result["mean_return"])
+      if env.game in scores.GAMES
+      else None
+    )
   result["seconds"] = round(time.monotonic() - start, 2)
   if video:
     result["video"] = os.path.abspath(video)
+    result["video_source"] = video_source
     result["video_frames"] = frames_written
   return result
 
 
+def _natural_fps(run, env) -> float:
+  """Real time for Atari (60 Hz over the frameskip), else DEFAULT_FPS."""
+  if is_atari(run):
+    return 60.0 / env.settings["frameskip"]
+  return DEFAULT_FPS
+
+
 def _play(
-  run, env, quota: np.ndarray, greedy: bool, writer
+  run,
+  env,
+  quota: np.ndarray,
+  greedy: bool,
+  writer,
+  video_source: str = "game",
 ) -> Tuple[List[float], List[int], int]:
   """Steps the [N] envs of `env` until env i has finished quota[i] episodes,
   through the runtime's per-env state (frame stacks, recurrent state,
@@ -147,7 +309,8 @@ def _play(
   new_episode = np.ones(n, bool)
   while not episodes.complete:
     if recording and writer is not None:
-      writer.append_data(_even(_video_frame(run, env, observation)))
+      frame = _video_frame(run, env, observation, video_source)
+      writer.append_data(_even(frame))
       frames_written += 1
     state.reset(ids[new_episode])
     core, prev_action = state.gather(ids)
@@ -206,17 +369,27 @@ class _Episodes:
       self._return[i], self._length[i] = 0.0, 0
 
 
-def _video_frame(run, env, observation: np.ndarray) -> np.ndarray:
-  """Env 0's rendered RGB frame, or its image observation scaled up."""
-  frame = env.render()
-  if frame is None:
-    if not is_image(run.observation_spec):
+def _video_frame(
+  run, env, observation: np.ndarray, video_source: str = "game"
+) -> np.ndarray:
+  """Env 0's rendered RGB frame (Atari's colour screen, scaled 2x), else
+  (video_source 'agent', or an env that cannot render) its image
+  observation, scaled 4x."""
+  if video_source == "game":
+    frame = env.render()
+    if frame is not None:
+      return observation_frame(frame, scale=2) if is_atari(run) else frame
+  if not is_image(run.observation_spec):
+    if video_source == "agent":
       raise RuntimeError(
-        f"the {run.env} environment cannot render and its "
-        "observations are not images; no video"
+        f"--video_source agent shows image observations; the {run.env} "
+        "environment's are not images"
       )
-    frame = observation_frame(observation[0])
-  return frame
+    raise RuntimeError(
+      f"the {run.env} environment cannot render and its "
+      "observations are not images; no video"
+    )
+  return observation_frame(observation[0])
 
 
 def _summary(
@@ -249,7 +422,51 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument(
     "--video", default=None, help="write the first episode to this .mp4"
   )
-  p.add_argument("--fps", type=float, default=30.0, help="video frame rate")
+  p.add_argument(
+    "--video_source",
+    choices=VIDEO_SOURCES,
+    default="game",
+    help="Atari video: the game's colour screen (default) or the agent's "
+    "84x84 grayscale input",
+  )
+  p.add_argument(
+    "--fps",
+    type=float,
+    default=None,
+    help="video frame rate (default: real time for Atari, 15; else 30)",
+  )
+  atari = p.add_argument_group(
+    "Atari evaluation protocol (episodes are full games, all lives)"
+  )
+  atari.add_argument(
+    "--protocol",
+    choices=tuple(PROTOCOLS),
+    default="run",
+    help="run: the run's env settings; noop30: up to 30 no-op frames at "
+    "each start, no sticky actions, 108,000-frame cap; sticky: sticky "
+    "actions p = 0.25, no no-ops, 108,000-frame cap",
+  )
+  atari.add_argument(
+    "--noop_max",
+    type=int,
+    default=None,
+    help="override: up to N no-op frames at each episode start",
+  )
+  atari.add_argument(
+    "--sticky_actions",
+    type=float,
+    default=None,
+    metavar="P",
+    help="override: repeat the previous action with probability P",
+  )
+  atari.add_argument(
+    "--max_episode_frames",
+    type=int,
+    default=None,
+    metavar="F",
+    help="override: cap episodes at F emulator frames (F/4 agent steps "
+    "after the no-op start), reported as truncation",
+  )
   mode = p.add_mutually_exclusive_group()
   mode.add_argument(
     "--greedy",
@@ -275,7 +492,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-  args = build_parser().parse_args(argv)
+  parser = build_parser()
+  args = parser.parse_args(argv)
+  try:  # out-of-range settings fail before the run loads
+    atari_settings(
+      args.protocol, args.noop_max, args.sticky_actions, args.max_episode_frames
+    )
+  except ValueError as e:
+    parser.error(str(e))
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -290,6 +514,11 @@ def main(argv=None) -> int:
       num_envs=args.num_envs,
       video=args.video,
       fps=args.fps,
+      protocol=args.protocol,
+      noop_max=args.noop_max,
+      sticky_actions=args.sticky_actions,
+      max_episode_frames=args.max_episode_frames,
+      video_source=args.video_source,
     ),
     errors=(ValueError, RuntimeError),
   )

@@ -10,13 +10,18 @@ minimal action set, episodes capped at 108,000 frames (27,000 agent steps,
 reported as truncation), full episodes (no life-loss terminals), raw rewards
 (agents clip). Frame stacking is NOT done here: the learner stacks frames per
 env, so only one [84, 84] uint8 frame per step crosses the wire.
+
+The no-op start is in emulator frames (as gym's NoopResetEnv under a
+frame-skip wrapper); the episode cap counts the frames of the agent's steps
+after it. `render_mode='rgb_array'` (seed_rl.evaluate's colour video) adds
+a twin of env 0 that plays the same game in colour.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import ale_py
 from ale_py import roms
@@ -30,6 +35,8 @@ from seed_rl.actors.batched_env import spec_from_space
 from seed_rl.common.specs import ArraySpec
 
 FRAME_SHAPE = (84, 84)
+SCREEN_SHAPE = (210, 160)  # ALE's native screen, every game
+FRAMESKIP = 4  # emulator frames per agent step
 
 
 def check_game(game: str) -> None:
@@ -54,6 +61,14 @@ class AtariBatchedEnv(BatchedEnv):
   of an env whose episode ended is already the first frame of its next
   episode, and `info['final_obs']` holds the ended episode's last frame.
   Env i is seeded with `seed + i` on the first reset.
+
+  With render_mode='rgb_array', `render` returns env 0's screen in colour
+  ([210, 160, 3] uint8, the last emulator frame of each step): a one-env
+  twin with env 0's seed, settings and actions plays the same game, since
+  an env's no-op starts and sticky actions draw only on its own seed (the
+  image settings draw on nothing). Every step checks that the twin's
+  reward, end flags, lives and frame counter equal env 0's and raises
+  RuntimeError if they ever differ. It costs one more env of emulation.
   """
 
   def __init__(
@@ -66,6 +81,7 @@ class AtariBatchedEnv(BatchedEnv):
     repeat_action_probability: float = 0.0,
     max_num_frames_per_episode: int = 108_000,
     use_fire_reset: bool = False,
+    render_mode: Optional[str] = None,
   ):
     check_game(game)
     if num_envs < 1:
@@ -75,21 +91,33 @@ class AtariBatchedEnv(BatchedEnv):
         "repeat_action_probability must be in [0, 1], got "
         f"{repeat_action_probability}"
       )
+    if noop_max < 0 or max_num_frames_per_episode < 1:
+      raise ValueError(
+        f"noop_max must be >= 0 and max_num_frames_per_episode >= 1, got "
+        f"{noop_max} and {max_num_frames_per_episode}"
+      )
+    if render_mode not in (None, "rgb_array"):
+      raise ValueError(
+        f"render_mode={render_mode!r}; Atari envs render 'rgb_array' only"
+      )
     if num_threads is None:
       num_threads = min(num_envs, os.cpu_count() or 1)
     self.num_envs = num_envs
+    self.game = game
+    # What the episodes are (seed_rl.evaluate reports them).
+    self.settings = {
+      "noop_max": int(noop_max),
+      "repeat_action_probability": float(repeat_action_probability),
+      "max_num_frames_per_episode": int(max_num_frames_per_episode),
+      "use_fire_reset": bool(use_fire_reset),
+      "frameskip": FRAMESKIP,
+      "full_games": True,  # episodic_life=False: no life-loss terminals
+    }
     self._seed = seed
     self._seeded = False
-    self._env: Optional[ale_py.AtariVectorEnv] = ale_py.AtariVectorEnv(
-      game,
-      num_envs,
-      num_threads=num_threads,
-      stack_num=1,
-      img_height=FRAME_SHAPE[0],
-      img_width=FRAME_SHAPE[1],
-      grayscale=True,
-      frameskip=4,
-      maxpool=True,
+    # The game's dynamics; the twin (render) shares them.
+    game_kwargs: Dict[str, Any] = dict(
+      frameskip=FRAMESKIP,
       noop_max=noop_max,
       repeat_action_probability=repeat_action_probability,
       max_num_frames_per_episode=max_num_frames_per_episode,
@@ -99,6 +127,31 @@ class AtariBatchedEnv(BatchedEnv):
       use_fire_reset=use_fire_reset,
       autoreset_mode=AutoresetMode.SAME_STEP,
     )
+    self._env: Optional[ale_py.AtariVectorEnv] = ale_py.AtariVectorEnv(
+      game,
+      num_envs,
+      num_threads=num_threads,
+      stack_num=1,
+      img_height=FRAME_SHAPE[0],
+      img_width=FRAME_SHAPE[1],
+      grayscale=True,
+      maxpool=True,
+      **game_kwargs,
+    )
+    self._twin: Optional[ale_py.AtariVectorEnv] = None
+    self._screen: Optional[np.ndarray] = None
+    if render_mode is not None:
+      self._twin = ale_py.AtariVectorEnv(
+        game,
+        1,
+        num_threads=1,
+        stack_num=1,
+        img_height=SCREEN_SHAPE[0],
+        img_width=SCREEN_SHAPE[1],
+        grayscale=False,
+        maxpool=False,  # the screen as shown, not pooled colours
+        **game_kwargs,
+      )
     self.observation_spec = ArraySpec(
       FRAME_SHAPE,
       "uint8",
@@ -118,14 +171,19 @@ class AtariBatchedEnv(BatchedEnv):
     return self._env
 
   def reset(self) -> np.ndarray:
-    obs, _ = self._live_env().reset(seed=None if self._seeded else self._seed)
+    seed = None if self._seeded else self._seed
+    obs, _ = self._live_env().reset(seed=seed)
     self._seeded = True
+    if self._twin is not None:
+      screen, _ = self._twin.reset(seed=seed)
+      self._screen = screen[0, 0]
     return self._frames(obs)
 
   def step(self, actions: np.ndarray) -> StepResult:
-    obs, reward, terminated, truncated, info = self._live_env().step(
-      np.asarray(actions, np.int32)
-    )
+    actions = np.asarray(actions, np.int32)
+    obs, reward, terminated, truncated, info = self._live_env().step(actions)
+    if self._twin is not None:
+      self._step_twin(actions[:1], reward, terminated, truncated, info)
     terminated = np.asarray(terminated, bool)
     truncated = np.logical_and(truncated, np.logical_not(terminated))
     if truncated.any():
@@ -136,13 +194,41 @@ class AtariBatchedEnv(BatchedEnv):
       self._frames(obs), reward.astype(np.float32), terminated, truncated, final
     )
 
+  def _step_twin(self, action, reward, terminated, truncated, info) -> None:
+    """Steps the colour twin with env 0's action; raises if its game is not
+    env 0's."""
+    assert self._twin is not None
+    screen, t_reward, t_term, t_trunc, t_info = self._twin.step(action)
+    self._screen = screen[0, 0]
+    ours, twin = [
+      (r[0], te[0], tr[0], i["lives"][0], i["episode_frame_number"][0])
+      for r, te, tr, i in (
+        (reward, terminated, truncated, info),
+        (t_reward, t_term, t_trunc, t_info),
+      )
+    ]
+    if ours != twin:
+      raise RuntimeError(
+        "the colour twin of Atari env 0 diverged from it (reward, "
+        f"terminated, truncated, lives, episode frame: {ours} vs {twin}); "
+        "its frames would not show the scored game"
+      )
+
+  def render(self) -> Optional[np.ndarray]:
+    """Env 0's screen [210, 160, 3] uint8 after the last reset or step
+    (render_mode='rgb_array'), else None."""
+    return None if self._screen is None else self._screen.copy()
+
   def close(self) -> None:
     if self._env is not None:
       self._env.close()
       self._env = None
+    if self._twin is not None:
+      self._twin.close()
+      self._twin = None
 
 
-@gin.configurable("atari.create_environment")
+@gin.configurable("atari.create_environment", denylist=["render_mode"])
 def create_environment(
   num_envs: int,
   seed: int,
@@ -152,6 +238,7 @@ def create_environment(
   repeat_action_probability: float = 0.0,
   max_num_frames_per_episode: int = 108_000,
   use_fire_reset: bool = False,
+  render_mode: Optional[str] = None,
 ) -> BatchedEnv:
   """K Atari envs of `game` (observation [84, 84] uint8, Discrete actions).
 
@@ -164,12 +251,16 @@ def create_environment(
       2-core dev box Pong ran ~3.8k env steps/s for K=4..16 with 1, 2 or K
       threads under load from other processes, and up to ~7k with 2 idle
       cores.
-    noop_max: up to this many no-op actions at each episode start.
+    noop_max: no-op frames at each episode start: ale_py draws 0 to
+      noop_max - 1 of them from the env's own seed (gym's NoopResetEnv
+      draws 1 to noop_max); 0 or 1: none.
     repeat_action_probability: sticky actions. 0.0 as in SEED RL's Atari runs
       (gym 'NoFrameskip-v4' envs); 0.25 gives the Machado et al. protocol.
     max_num_frames_per_episode: episode cap in emulator frames (108,000 =
       30 minutes of play), reported as truncation.
     use_fire_reset: press FIRE after resets (off, as in SEED RL).
+    render_mode: 'rgb_array' for `render` (env 0's colour screen, from a
+      twin env: see AtariBatchedEnv); not a gin parameter.
   """
   return AtariBatchedEnv(
     game,
@@ -180,4 +271,5 @@ def create_environment(
     repeat_action_probability,
     max_num_frames_per_episode,
     use_fire_reset,
+    render_mode,
   )
