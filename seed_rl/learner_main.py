@@ -31,6 +31,9 @@ _STOP_FLAGS = (
 
 # How long a finished learner keeps its open actor streams to tell them so.
 FINISH_GRACE_S = 10.0
+# = grpc.server.SILENT_TIMEOUT_S (not imported here: the server module loads
+# gRPC, which the flag parser does not need).
+SILENT_STREAM_TIMEOUT_S = 30.0
 
 
 class _SetupError(Exception):
@@ -114,6 +117,15 @@ def _add_server_flags(p: argparse.ArgumentParser) -> None:
     help="serve a non-loopback address without TLS or token "
     "(trusted networks only; every progress line says so)",
   )
+  p.add_argument(
+    "--silent_stream_timeout_s",
+    type=float,
+    default=SILENT_STREAM_TIMEOUT_S,
+    help="end an actor's stream that sends nothing for this long after the "
+    "learner's last response, freeing its actor id (a hung env or host, or "
+    "a client holding the id; a merely slow actor reconnects); must exceed "
+    "the actors' --env_step_timeout_s and their slowest env step; 0: never",
+  )
 
 
 @dataclasses.dataclass
@@ -169,6 +181,8 @@ def _check_args(args: argparse.Namespace) -> security.ServerSecurity:
     raise _SetupError(e) from e
   if args.num_actors < 1 or args.envs_per_actor < 1:
     raise _SetupError("--num_actors and --envs_per_actor must be >= 1")
+  if args.silent_stream_timeout_s < 0:
+    raise _SetupError("--silent_stream_timeout_s must be >= 0 (0: never)")
   return server_security
 
 
@@ -341,10 +355,12 @@ def _serve(
     limits=ValueLimits(
       run.config.max_abs_reward, run.config.max_abs_observation
     ),
-    # One Step stream per actor holds a worker for its lifetime; twice the
+    # One Step stream per actor holds a slot for its lifetime; twice the
     # actors leaves room for restarts overlapping their old stream and
-    # Hellos (was a fixed 64: a 64th actor was refused).
+    # Hellos (was a fixed 64: a 64th actor was refused). Calls that have
+    # not sent a message yet get their own slots (see server.py).
     max_workers=2 * (args.num_actors + args.num_eval_actors) + 16,
+    silent_timeout_s=args.silent_stream_timeout_s or None,
   )
   port = server.start()
   evals = (

@@ -31,6 +31,13 @@ from seed_rl import registry
 ACTOR_ENV_CONFIG_ERROR = 4  # the environment could not be created
 ACTOR_FATAL = 5  # specs differ from the learner's, or token/TLS refused
 MAX_ACTOR_RESTARTS_PER_MINUTE = 10
+# The learner ends a stream silent for --silent_stream_timeout_s (30 s by
+# default; learner_main.SILENT_STREAM_TIMEOUT_S). With --env_step_timeout_s
+# T the learner's deadline must exceed T: an actor whose env step runs past
+# T exits by itself (its stream closes at once), so the learner's deadline,
+# unless given, becomes max(30, T + this margin).
+SILENT_STREAM_TIMEOUT_S = 30.0
+SILENT_STREAM_MARGIN_S = 10.0
 
 DEFAULTS = {  # what `./run_local.sh` with no arguments runs
   "env": "classic",
@@ -101,7 +108,9 @@ def build_parser(flags_only: bool = False) -> argparse.ArgumentParser:
     "--env_step_timeout_s",
     type=float,
     default=None,
-    help="an actor whose env step runs longer exits and is restarted",
+    help="an actor whose env step runs longer exits and is restarted; the "
+    "learner's --silent_stream_timeout_s (default 30) then defaults to at "
+    f"least this + {SILENT_STREAM_MARGIN_S:g} s",
   )
   p.add_argument(
     "--tensorboard",
@@ -209,7 +218,29 @@ def _prepare(args: argparse.Namespace, extra: List[str]) -> List[str]:
   problem = _check_environment(args.env, configs, bindings, args.seed)
   if problem:
     raise ValueError(f"cannot create the environment: {problem}")
+  silent = _silent_stream_timeout(extra)
+  step = args.env_step_timeout_s
+  if step and silent and silent <= step:
+    raise ValueError(
+      f"--silent_stream_timeout_s {silent:g} must exceed --env_step_timeout_s "
+      f"{step:g}: the learner would end the streams of actors whose env step "
+      f"is legitimately slow"
+    )
   return gin_args
+
+
+def _silent_stream_timeout(extra: List[str]) -> Optional[float]:
+  """The learner's --silent_stream_timeout_s given among `extra`, if any."""
+  given = _forwarded(extra, ("--silent_stream_timeout_s",))
+  if not given:
+    return None
+  value = given[-1].split("=", 1)[-1]
+  try:
+    return float(value)
+  except ValueError:
+    raise ValueError(
+      f"--silent_stream_timeout_s: {value!r} is not a number"
+    ) from None
 
 
 def _commands(
@@ -225,6 +256,7 @@ def _commands(
     )
     + ["--num_eval_actors", str(args.num_eval_actors)]
     + ["--server_address", address, "--seed", str(args.seed)]
+    + _silent_stream_flags(args, extra)
     + extra
   )
   commands = [("learner", learner)]
@@ -245,6 +277,16 @@ def _commands(
       )
     )
   return commands
+
+
+def _silent_stream_flags(args: argparse.Namespace, extra: List[str]):
+  """The learner's silence deadline when the actors have an env step limit
+  and the deadline is not given: longer than that limit."""
+  step = args.env_step_timeout_s
+  if not step or _silent_stream_timeout(extra) is not None:
+    return []
+  deadline = max(SILENT_STREAM_TIMEOUT_S, step + SILENT_STREAM_MARGIN_S)
+  return ["--silent_stream_timeout_s", f"{deadline:g}"]
 
 
 def _actor_command(

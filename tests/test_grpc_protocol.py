@@ -833,7 +833,8 @@ def test_client_checks_batch_size(good_client):
     good_client.step(make_batch(0, np.random.default_rng(12), num_envs=3))
 
 
-def test_silent_actor_is_logged(caplog):
+def test_silent_actor_is_logged_and_its_stream_ended(caplog):
+  """(Real-process and timing checks: test_server_limits.py.)"""
   import logging
 
   server = LearnerServer(
@@ -848,13 +849,15 @@ def test_silent_actor_is_logged(caplog):
     with caplog.at_level(logging.WARNING):
       client.step(make_batch(4, rng))
       deadline = time.monotonic() + 10
-      while "has sent nothing" not in caplog.text:
+      while "ending the Step stream" not in caplog.text:
         assert time.monotonic() < deadline, "silence never reported"
         time.sleep(0.05)
-    assert "actor 1 owning 4..7 has sent nothing for more than 0 s" in (
+    assert "ending the Step stream of actor 1 owning 4..7: it sent nothing" in (
       caplog.text
     )
-    client.step(make_batch(4, rng))  # it speaks again: still served
+    assert server.silent_streams_ended == 1
+    # It speaks again: the client says Hello again and is served.
+    client.step(make_batch(4, rng))
   finally:
     client.close()
     server.stop(0)

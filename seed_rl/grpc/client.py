@@ -56,17 +56,20 @@ _RETRIABLE_HELLO_CODES = (
   grpc.StatusCode.DEADLINE_EXCEEDED,
   grpc.StatusCode.ALREADY_EXISTS,
 )
-# RESOURCE_EXHAUSTED with gRPC's concurrency message: every learner worker
-# thread is busy. Idle clients holding them are cancelled by the learner
-# within its first-message timeout (server.FIRST_MESSAGE_TIMEOUT_S, 10 s), so
-# this is retried for a while; longer means too few workers for the actors.
+# RESOURCE_EXHAUSTED with `seed-reason: learner-busy` (every one of the
+# learner's max_workers slots in use, or this call was evicted by newer calls
+# that had not sent a message yet either) or with gRPC's concurrency
+# message. Idle clients are cancelled by the learner within its first-message
+# timeout (server.FIRST_MESSAGE_TIMEOUT_S, 10 s), so this is retried for a
+# while; longer means too few max_workers for the actors.
 _BUSY_DETAILS = "Concurrent RPC limit exceeded"
 _BUSY_RETRY_S = 30.0
 
 
 def _learner_busy(error: grpc.RpcError) -> bool:
   return error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and (
-    _BUSY_DETAILS in (error.details() or "")
+    _reason(error) == protocol.REASON_BUSY
+    or _BUSY_DETAILS in (error.details() or "")
   )
 
 
@@ -128,7 +131,7 @@ def _error_from_rpc(error: grpc.RpcError, what: str) -> Exception:
     grpc.StatusCode.FAILED_PRECONDITION,
   ):
     return ProtocolError(f"learner rejected {what}: {details}", code)
-  if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+  if _learner_busy(error):
     details += (
       " (each of the learner's max_workers RPC slots holds an actor's "
       "stream; raise the learner's max_workers above the number of actors)"
@@ -137,10 +140,20 @@ def _error_from_rpc(error: grpc.RpcError, what: str) -> Exception:
 
 
 def _learner_went_away(error: grpc.RpcError) -> bool:
+  """Whether to say Hello again: the learner restarted or went away, or it
+  ended a stream it thought silent (an env step slower than its deadline)."""
   code = error.code()
-  return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) or (
-    code == grpc.StatusCode.ABORTED
-    and _reason(error) == protocol.REASON_LEARNER_RESTARTED
+  reason = _reason(error)
+  return (
+    code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+    or (
+      code == grpc.StatusCode.ABORTED
+      and reason == protocol.REASON_LEARNER_RESTARTED
+    )
+    or (
+      code == grpc.StatusCode.DEADLINE_EXCEEDED
+      and reason == protocol.REASON_SILENT
+    )
   )
 
 

@@ -13,6 +13,27 @@ handed to the handler without blocking the loop:
   thread per concurrent call, as the threaded server did).
 
 A bad message, or a handler error, ends only the stream it arrived on.
+
+What a client cannot hold (issue 21):
+- Capacity. A call is *pending* from its start until its first message
+  arrives; pending calls are counted apart from the established ones (Step
+  streams past their first message), per peer host and in all
+  (`_Admission`). A new call beyond either cap evicts the oldest
+  pending call of its host, or of the host with the most pending calls, so
+  a flood of idle calls cannot keep a restarting actor out; the server's
+  gRPC limit leaves room for both kinds, and established calls are limited
+  to `max_workers` (RESOURCE_EXHAUSTED, `seed-reason: learner-busy`,
+  retried by the client).
+- An actor id, by going silent. The learner notes when it finished sending
+  each response; a stream whose actor keeps the turn longer than
+  `silent_timeout_s` is ended (DEADLINE_EXCEEDED, `seed-reason: silent`) by
+  a watch on the loop, which frees its session. The time a request spends
+  inside the learner (inference paused by training, a checkpoint) never
+  counts. No timer per message: one store before and one after each.
+- Memory, by message size. Each session refuses a StepRequest larger than
+  its observation spec and env count allow (protocol.max_step_request_bytes);
+  the server's receive limit (protocol.max_request_bytes) makes gRPC refuse
+  anything larger than the largest session's before buffering it whole.
 """
 
 from __future__ import annotations
@@ -22,7 +43,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -112,6 +133,83 @@ class _Completions:
         future.set_result(result)
 
 
+def _peer_host(peer: str) -> str:
+  """'ipv4:10.0.0.5:41234' -> 'ipv4:10.0.0.5' (IPv6 alike): every call from
+  one machine counts against the same per-peer cap; other transports (unix
+  sockets) count as one peer each."""
+  if peer.startswith(("ipv4:", "ipv6:")):
+    return peer.rsplit(":", 1)[0]
+  return peer.split(":", 1)[0]
+
+
+class _Pending:
+  """One call that has not sent its first message yet."""
+
+  __slots__ = ("peer", "task", "evicted")
+
+  def __init__(self, peer: str, task: Optional["asyncio.Task[Any]"]):
+    self.peer = peer
+    self.task = task
+    self.evicted = False
+
+
+class _Admission:
+  """Pending calls by peer host, oldest first (event loop thread only).
+
+  A new call over the per-peer cap evicts its own host's oldest pending
+  call; over the total cap, the oldest pending call of the host with the
+  most of them. The newest call always gets its chance to send a message:
+  a restarting actor's Hello, pending for the milliseconds its message takes
+  to arrive, is evicted only if its own host starts more than
+  `max_per_peer` calls meanwhile, and never by other hosts' floods.
+  """
+
+  def __init__(self, max_pending: int, max_per_peer: int):
+    if max_pending < 1 or max_per_peer < 1:
+      raise ValueError(
+        f"max_pending_rpcs {max_pending}, max_pending_rpcs_per_peer "
+        f"{max_per_peer}: expected >= 1"
+      )
+    self.max_pending = max_pending
+    self.max_per_peer = max_per_peer
+    self.evicted = 0
+    self._count = 0
+    # Dicts keep insertion order: the first key is the host's oldest call.
+    self._by_peer: Dict[str, Dict[_Pending, None]] = {}
+
+  @property
+  def pending(self) -> int:
+    return self._count
+
+  def enter(self, peer: str) -> _Pending:
+    mine = self._by_peer.get(peer)
+    if mine is not None and len(mine) >= self.max_per_peer:
+      self._evict(peer)
+    elif self._count >= self.max_pending:
+      self._evict(max(self._by_peer, key=lambda p: len(self._by_peer[p])))
+    ticket = _Pending(peer, asyncio.current_task())
+    self._by_peer.setdefault(peer, {})[ticket] = None
+    self._count += 1
+    return ticket
+
+  def leave(self, ticket: _Pending) -> None:
+    calls = self._by_peer.get(ticket.peer)
+    if calls is None or ticket not in calls:
+      return  # evicted, or already left
+    del calls[ticket]
+    self._count -= 1
+    if not calls:
+      del self._by_peer[ticket.peer]
+
+  def _evict(self, peer: str) -> None:
+    oldest = next(iter(self._by_peer[peer]))
+    self.leave(oldest)
+    oldest.evicted = True
+    self.evicted += 1
+    if oldest.task is not None:
+      oldest.task.cancel()  # its _first_request ends the call
+
+
 class Servicer:
   """Implements the SeedRL service on top of a SessionRegistry and a handler.
 
@@ -127,10 +225,23 @@ class Servicer:
     limits: validation.ValueLimits,
     first_message_timeout_s: Optional[float],
     max_workers: int,
+    silent_timeout_s: Optional[float] = None,
+    max_pending_rpcs: int = 256,
+    max_pending_rpcs_per_peer: int = 128,
   ):
     self.registry = registry
     self.first_message_timeout_s = first_message_timeout_s
+    self.silent_timeout_s = silent_timeout_s
     self.idle_rpcs_cancelled = 0
+    self.silent_streams_ended = 0
+    self.busy_refusals = 0
+    self._max_workers = max_workers
+    self._admission = _Admission(max_pending_rpcs, max_pending_rpcs_per_peer)
+    # Step streams past their first message (a Hello is refused when they
+    # fill max_workers, but is answered at once and not counted).
+    self._established = 0
+    # Step streams past their first message, by session id (silence watch).
+    self._live: Dict[str, Session] = {}
     self._limits = limits
     self._observation_spec = observation_spec
     self._action_spec = action_spec
@@ -155,10 +266,68 @@ class Servicer:
         max_workers, thread_name_prefix="seed_rl_grpc"
       )
     )
+    self._silence_timer: Optional[asyncio.TimerHandle] = None
+    if silent_timeout_s:
+      if silent_timeout_s <= 0:
+        raise ValueError(f"silent_timeout_s: {silent_timeout_s}, expected > 0")
+      self._silence_period = min(1.0, silent_timeout_s / 4)
+      self._silence_timer = self._loop.call_later(
+        self._silence_period, self._watch_silence
+      )
+
+  @property
+  def pending_rpcs_evicted(self) -> int:
+    return self._admission.evicted
+
+  @property
+  def pending_rpcs(self) -> int:
+    return self._admission.pending
 
   def close(self) -> None:
+    """Stops the silence watch (call on the loop, or with the loop stopped)."""
+    if self._silence_timer is not None:
+      self._silence_timer.cancel()
+      self._silence_timer = None
     if self._pool is not None:
       self._pool.shutdown(wait=False, cancel_futures=True)
+
+  def _watch_silence(self) -> None:
+    """Ends the Step streams whose actor has had the turn for longer than
+    silent_timeout_s (on the loop, every `_silence_period`)."""
+    deadline = self.silent_timeout_s
+    assert deadline is not None
+    now = time.monotonic()
+    for session in list(self._live.values()):
+      since = session.waiting_since
+      if since is None or now - since <= deadline or session.silenced:
+        continue
+      session.silenced = True
+      self.silent_streams_ended += 1
+      logging.warning(
+        "ending the Step stream of %s: it sent nothing for %.1f s after "
+        "the learner's last response (deadline %g s: a hung env or host, "
+        "or a client holding the actor id); the id is free again",
+        session.describe(),
+        now - since,
+        deadline,
+      )
+      session.task.cancel()  # Step turns this into DEADLINE_EXCEEDED
+    self._silence_timer = self._loop.call_later(
+      self._silence_period, self._watch_silence
+    )
+
+  def _busy(self) -> Optional[Rejection]:
+    """The refusal of a call when every established slot is taken."""
+    if self._established < self._max_workers:
+      return None
+    self.busy_refusals += 1
+    return Rejection(
+      grpc.StatusCode.RESOURCE_EXHAUSTED,
+      f"the learner serves at most {self._max_workers} Step streams at "
+      f"once (max_workers) and all are in use; retry, or start the learner "
+      f"with more max_workers than actors",
+      protocol.REASON_BUSY,
+    )
 
   # ---------------------------------------------------------------- Hello --
   def _check_hello(self, request: seed_rl_pb2.HelloRequest) -> None:
@@ -192,9 +361,11 @@ class Servicer:
   async def _first_request(self, requests, context):
     """The call's first message, or None if it ended before sending one.
 
-    A call that sends nothing within the first-message timeout is cancelled
-    (CANCELLED): it would otherwise hold one of the server's max_workers
-    concurrent RPC slots forever."""
+    Until then the call is pending (see _Admission): one that sends nothing
+    within the first-message timeout is cancelled (CANCELLED), and one
+    evicted by newer calls is refused (RESOURCE_EXHAUSTED, learner-busy)."""
+    ticket = self._admission.enter(_peer_host(context.peer()))
+    outcome = None
     try:
       return await asyncio.wait_for(
         requests.__anext__(), self.first_message_timeout_s
@@ -202,6 +373,17 @@ class Servicer:
     except StopAsyncIteration:
       return None
     except asyncio.TimeoutError:
+      outcome = "idle"
+    except asyncio.CancelledError:
+      if not ticket.evicted:
+        raise  # the server is stopping, or the client went away
+      outcome = "evicted"
+    finally:
+      self._admission.leave(ticket)
+      task = asyncio.current_task()
+      if ticket.evicted and task is not None and task.cancelling():
+        task.uncancel()
+    if outcome == "idle":
       self.idle_rpcs_cancelled += 1
       logging.warning(
         "cancelled %d RPC(s) that sent no message within %g s of "
@@ -214,6 +396,17 @@ class Servicer:
         f"no message within {self.first_message_timeout_s} s of the call's "
         "start",
       )
+    await _abort(
+      context,
+      Rejection(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"too many calls that have not sent a message yet (at most "
+        f"{self._admission.max_per_peer} per host, "
+        f"{self._admission.max_pending} in all); this one, the oldest of "
+        f"its host's, made way for a newer call; retry",
+        protocol.REASON_BUSY,
+      ),
+    )
 
   async def Hello(self, request_iterator, context):
     request = await self._first_request(request_iterator.__aiter__(), context)
@@ -227,11 +420,17 @@ class Servicer:
         ),
       )
     try:
+      busy = self._busy()
+      if busy is not None:
+        raise busy
       request = _parse(seed_rl_pb2.HelloRequest, request)
       self._check_hello(request)
       session = self.registry.open(request.actor_id, request.num_envs)
     except Rejection as rejection:
       await _abort(context, rejection)
+    session.max_request_bytes = protocol.max_step_request_bytes(
+      self._observation_spec, session.num_envs
+    )
     response = seed_rl_pb2.HelloResponse(
       protocol_version=protocol.PROTOCOL_VERSION,
       first_env_id=session.first_env_id,
@@ -273,6 +472,19 @@ class Servicer:
         f"this stream is closed",
         protocol.REASON_SUPERSEDED,
       )
+    size = (
+      len(request)
+      if isinstance(request, (bytes, bytearray))
+      else request.ByteSize()
+    )
+    if size > session.max_request_bytes:
+      raise Rejection(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"request: {size:,} bytes, more than the {session.max_request_bytes:,}"
+        f" a StepRequest of {session.num_envs} envs of observations "
+        f"{self._observation_spec.dtype} {list(self._observation_spec.shape)}"
+        f" can take",
+      )
     request = _parse(seed_rl_pb2.StepRequest, request)
     cached = self.registry.replay(session.actor_id, request.sequence)
     if cached is not None:
@@ -301,7 +513,6 @@ class Servicer:
 
   async def _serve_one(self, request, session: Session):
     """Returns the response to one request; Rejection ends the stream."""
-    session.last_seen = time.monotonic()
     request, batch, cached = self._check(request, session)
     if cached is not None:
       return cached
@@ -330,22 +541,55 @@ class Servicer:
       session = self.registry.claim(metadata.get(protocol.SESSION_METADATA_KEY))
     except Rejection as rejection:
       await _abort(context, rejection)
+    established = False
     try:
       requests = request_iterator.__aiter__()
       request = await self._first_request(requests, context)
+      if request is None:
+        return
+      busy = self._busy()
+      if busy is not None:
+        await _abort(context, busy)
+      self._established += 1
+      established = True
+      session.task = asyncio.current_task()
+      self._live[session.session_id] = session
       while request is not None:
         try:
           response = await self._serve_one(request, session)
         except Rejection as rejection:
           await _abort(context, rejection)
         yield response
+        # The response is sent: the actor has the turn (see _watch_silence).
+        session.waiting_since = time.monotonic()
         try:
           request = await requests.__anext__()
         except StopAsyncIteration:
           request = None
+        except asyncio.CancelledError:
+          if not session.silenced:
+            raise
+          task = asyncio.current_task()
+          if task is not None:
+            task.uncancel()
+          await _abort(
+            context,
+            Rejection(
+              grpc.StatusCode.DEADLINE_EXCEEDED,
+              f"{session.describe()} sent nothing for "
+              f"{self.silent_timeout_s:g} s after the learner's last "
+              f"response; the learner ended this stream (a hung env or "
+              f"host?); say Hello again to go on",
+              protocol.REASON_SILENT,
+            ),
+          )
+        session.waiting_since = None
     finally:
       # Runs when the client closes, cancels or fails, on abort, and on
       # server stop (the call's task is cancelled, which closes this).
+      if established:
+        self._established -= 1
+        self._live.pop(session.session_id, None)
       self._release(session)
 
   def _release(self, session: Session) -> None:

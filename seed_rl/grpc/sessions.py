@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import grpc
 import numpy as np
@@ -52,10 +52,18 @@ class Session:
   superseded: bool = False
   streaming: bool = False
   created: float = dataclasses.field(default_factory=time.monotonic)
-  # Last message on the stream (written by the stream thread; read by the
-  # silent-actor watch, where a stale read only delays a log line).
-  last_seen: float = dataclasses.field(default_factory=time.monotonic)
-  reported_silent: bool = False
+  # The largest StepRequest this session may send (set at Hello from the
+  # observation spec and num_envs; protocol.max_step_request_bytes).
+  max_request_bytes: int = protocol.MAX_MESSAGE_BYTES
+  # Written and read on the server's event loop only (servicer.py):
+  # when the learner finished sending its last response, i.e. since when the
+  # actor has the turn; None before the first message and while a request is
+  # inside the learner (inference paused by training or a checkpoint is not
+  # the actor's silence). The silence watch ends the stream's call (`task`)
+  # when the actor keeps the turn past the deadline (`silenced`).
+  waiting_since: Optional[float] = None
+  task: Any = dataclasses.field(default=None, repr=False, compare=False)
+  silenced: bool = False
   # Wire bytes of int32 env ids in the order actors normally send them, so the
   # usual case is checked with one bytes comparison.
   env_ids_bytes: bytes = dataclasses.field(init=False, repr=False)
@@ -239,19 +247,6 @@ class SessionRegistry:
     if sequence:
       with self._lock:
         self._last_served[actor_id] = (sequence, response)
-
-  def silent(self, timeout_s: float) -> List[Session]:
-    """Streaming sessions that sent nothing for `timeout_s`, reported once
-    per silence (a session that speaks again can be reported again)."""
-    now = time.monotonic()
-    out = []
-    with self._lock:
-      for session in self._by_actor.values():
-        quiet = now - session.last_seen > timeout_s
-        if session.streaming and quiet and not session.reported_silent:
-          out.append(session)
-        session.reported_silent = session.streaming and quiet
-    return out
 
   def owner_of(self, env_id: int) -> Optional[Session]:
     """The live session owning `env_id`, if any (error path only: O(actors))."""
