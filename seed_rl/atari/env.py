@@ -19,7 +19,6 @@ a twin of env 0 that plays the same game in colour.
 
 from __future__ import annotations
 
-import difflib
 import os
 from typing import Any, Dict, Optional
 
@@ -32,6 +31,7 @@ import numpy as np
 from seed_rl.actors.batched_env import BatchedEnv
 from seed_rl.actors.batched_env import StepResult
 from seed_rl.actors.batched_env import spec_from_space
+from seed_rl.atari import scores
 from seed_rl.common.specs import ArraySpec
 
 FRAME_SHAPE = (84, 84)
@@ -43,10 +43,7 @@ def check_game(game: str) -> None:
   """Raises ValueError naming close matches unless `game` is an ALE ROM."""
   valid = roms.get_all_rom_ids()
   if game not in valid:
-    snake = "".join("_" + c.lower() if c.isupper() else c for c in game).lstrip(
-      "_"
-    )
-    matches = difflib.get_close_matches(snake, valid, n=5, cutoff=0.6)
+    matches = scores.close_game_names(game, valid)
     raise ValueError(
       f"unknown Atari game {game!r}; ALE game names are snake_case "
       f"(close matches: {matches or 'none'}); valid games: "

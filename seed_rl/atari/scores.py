@@ -91,6 +91,15 @@ _SCORES: Dict[str, Tuple[float, float]] = {
 GAMES: Tuple[str, ...] = tuple(sorted(_SCORES))
 
 
+def close_game_names(game: str, names) -> list:
+  """Up to 5 of `names` close to `game`, read as snake_case ('SpaceInvaders'
+  -> 'space_invaders'), for error messages."""
+  snake = "".join("_" + c.lower() if c.isupper() else c for c in game)
+  return difflib.get_close_matches(
+    snake.lstrip("_"), list(names), n=5, cutoff=0.6
+  )
+
+
 def reference_scores(game: str) -> ReferenceScores:
   """(random, human) of `game`.
 
@@ -99,10 +108,7 @@ def reference_scores(game: str) -> ReferenceScores:
       matches and all of them).
   """
   if game not in _SCORES:
-    snake = "".join("_" + c.lower() if c.isupper() else c for c in game).lstrip(
-      "_"
-    )
-    matches = difflib.get_close_matches(snake, GAMES, n=5, cutoff=0.6)
+    matches = close_game_names(game, GAMES)
     raise ValueError(
       f"no reference scores for Atari game {game!r} (close matches: "
       f"{matches or 'none'}); the 57 games with random and human scores "

@@ -32,6 +32,7 @@ from seed_rl.common.learner_config import (  # noqa: F401 (re-exported)
   configure_tf_threads,
 )
 from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.common.throttle import Throttle
 from seed_rl.common.unroll_store import StepRecord, UnrollStore
 
 
@@ -102,7 +103,7 @@ class Learner:
     # the learner's count, and ended episodes not counted (start not seen).
     self.episode_stat_mismatches = 0
     self.uncounted_episodes = 0
-    self._mismatch_log = _Throttle(MISMATCH_LOG_INTERVAL_S)
+    self._mismatch_log = Throttle(MISMATCH_LOG_INTERVAL_S)
     self._merge_buffer = _MergeBuffer()
     self._act_seconds = 0.0
     self._infer_seconds = 0.0
@@ -626,21 +627,6 @@ class Learner:
       self._save()
     if self._writer:
       self._writer.close()
-
-
-class _Throttle:
-  """True at most once per `interval_s` (the first call included)."""
-
-  def __init__(self, interval_s: float):
-    self._interval_s = interval_s
-    self._last = -float("inf")
-
-  def ready(self) -> bool:
-    now = time.monotonic()
-    if now - self._last < self._interval_s:
-      return False
-    self._last = now
-    return True
 
 
 _STEP_BATCH_FIELDS = tuple(

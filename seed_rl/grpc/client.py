@@ -18,6 +18,7 @@ import grpc
 import numpy as np
 
 from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.common.throttle import Throttle
 from seed_rl.grpc import codec
 from seed_rl.grpc import protocol
 from seed_rl.grpc import seed_rl_pb2
@@ -95,21 +96,6 @@ class _RequestQueue:
 
   def close(self) -> None:
     self._queue.put(self._END)
-
-
-class _Throttle:
-  """True at most once per `interval_s`, so waiting loops do not flood logs."""
-
-  def __init__(self, interval_s: float):
-    self._interval_s = interval_s
-    self._last = -float("inf")
-
-  def ready(self) -> bool:
-    now = time.monotonic()
-    if now - self._last < self._interval_s:
-      return False
-    self._last = now
-    return True
 
 
 def _reason(error: grpc.RpcError) -> Optional[str]:
@@ -229,7 +215,7 @@ class ActorClient:
     # The Step call: an iterator of StepResponse that also has cancel().
     self._responses: Optional[Any] = None
     self._closed = False
-    self._log_throttle = _Throttle(_LOG_INTERVAL_S)
+    self._log_throttle = Throttle(_LOG_INTERVAL_S)
 
   @property
   def num_envs(self) -> int:
