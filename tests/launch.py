@@ -16,9 +16,22 @@ import threading
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
+import numpy as np
+
+from seed_rl.common.specs import ArraySpec
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Quiet TensorFlow, and unbuffered output so a killed process loses no line.
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+# CartPole's specs on the wire (what a real classic actor says in Hello).
+CARTPOLE_OBS = ArraySpec(
+  (4,),
+  "float32",
+  "observation",
+  minimum=np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),
+  maximum=np.array([4.8, np.inf, 0.41887903, np.inf], np.float32),
+)
+CARTPOLE_ACT = ArraySpec((), "int32", "action", num_values=2)
 # A learner's progress line: '[learner   12s] | step   340 | ...'.
 STEP_LINE = re.compile(r"^\[learner +\d+s\] \| step +(\d+) \|")
 

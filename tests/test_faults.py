@@ -30,7 +30,7 @@ import grpc
 import numpy as np
 import pytest
 
-from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.common.specs import StepBatch
 from seed_rl.grpc import security
 from seed_rl.grpc import server as server_lib
 from seed_rl.grpc.client import ActorClient, AuthenticationError
@@ -46,15 +46,7 @@ BASE_ENV = launch.env_without(
 )
 GIN = os.path.join(ROOT, "seed_rl", "classic", "gin", "vtrace.gin")
 ENVS_PER_ACTOR = 4
-# CartPole's specs on the wire (what a real classic actor says in Hello).
-OBS = ArraySpec(
-  (4,),
-  "float32",
-  "observation",
-  minimum=np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),
-  maximum=np.array([4.8, np.inf, 0.41887903, np.inf], np.float32),
-)
-ACT = ArraySpec((), "int32", "action", num_values=2)
+OBS, ACT = launch.CARTPOLE_OBS, launch.CARTPOLE_ACT
 _RESUMED = re.compile(r"resumed from (\S+): learner step (\d+)")
 
 

@@ -342,14 +342,7 @@ def test_launcher_keeps_the_silence_deadline_above_the_env_step_limit(
 NUM_ACTORS = 22  # 0 and 1: real actor processes; the others attacked
 SILENT_S = 8.0
 TOKEN = "t0ken-for-the-server-limits-test"
-CARTPOLE_OBS = ArraySpec(
-  (4,),
-  "float32",
-  "observation",
-  minimum=np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),
-  maximum=np.array([4.8, np.inf, 0.41887903, np.inf], np.float32),
-)
-CARTPOLE_ACT = ArraySpec((), "int32", "action", num_values=2)
+CARTPOLE_OBS, CARTPOLE_ACT = launch.CARTPOLE_OBS, launch.CARTPOLE_ACT
 GIN = os.path.join(launch.ROOT, "seed_rl", "classic", "gin", "vtrace.gin")
 
 
