@@ -7,7 +7,12 @@
 # Flags: --tensorboard, --logdir DIR, --max_seconds S, --target_return R,
 # --num_eval_actors N, --gin_config F, --gin_bindings B (see README.md).
 # First run creates ./.venv and installs dependencies.
+#   ./run_local.sh --docker classic vtrace 2 16   # learner and actors in containers
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
+if [[ "${1:-}" == --docker ]]; then
+  shift
+  exec bash scripts/docker_run.sh "$@"  # scripts/docker_run.sh: Docker only, no .venv
+fi
 source scripts/setup_env.sh
 exec python -m seed_rl.train "$@"

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from seed_rl.common.specs import ArraySpec, StepBatch  # pylint: disable=g-import-not-at-top
+from seed_rl.common.specs import ArraySpec, StepBatch
 
 _WARMUP_STEPS = 200
 _ACTION_SPEC = ArraySpec((), "int64", "action", num_values=6)
@@ -43,7 +43,7 @@ class _ZerosHandler:
 
 
 def _serve(kind: str, num_envs: int, port_queue, stop_event) -> None:
-  from seed_rl.grpc.server import LearnerServer  # pylint: disable=g-import-not-at-top
+  from seed_rl.grpc.server import LearnerServer
 
   _, obs_spec = _BATCHES[kind]
   server = LearnerServer(
@@ -55,9 +55,9 @@ def _serve(kind: str, num_envs: int, port_queue, stop_event) -> None:
 
 
 def _serve_baseline(port_queue, stop_event) -> None:
-  import grpc  # pylint: disable=g-import-not-at-top
-  from concurrent import futures  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc import seed_rl_pb2, seed_rl_pb2_grpc  # pylint: disable=g-import-not-at-top
+  import grpc
+  from concurrent import futures
+  from seed_rl.grpc import seed_rl_pb2, seed_rl_pb2_grpc
 
   class Echo(seed_rl_pb2_grpc.SeedRLServicer):
     def Step(self, request_iterator, context):
@@ -74,9 +74,9 @@ def _serve_baseline(port_queue, stop_event) -> None:
 
 
 def _run_baseline_client(port: int, seconds: float) -> np.ndarray:
-  import queue  # pylint: disable=g-import-not-at-top
-  import grpc  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc import seed_rl_pb2, seed_rl_pb2_grpc  # pylint: disable=g-import-not-at-top
+  import queue
+  import grpc
+  from seed_rl.grpc import seed_rl_pb2, seed_rl_pb2_grpc
 
   requests = queue.SimpleQueue()
   channel = grpc.insecure_channel(f"localhost:{port}")
@@ -125,7 +125,7 @@ def _make_batch(first_env_id: int, k: int, obs_spec: ArraySpec) -> StepBatch:
 def _run_client(args) -> np.ndarray:
   """Steps for `seconds` after warm-up; returns round-trip times in seconds."""
   kind, port, actor_id, seconds, start_at = args
-  from seed_rl.grpc.client import ActorClient  # pylint: disable=g-import-not-at-top
+  from seed_rl.grpc.client import ActorClient
 
   k, obs_spec = _BATCHES[kind]
   client = ActorClient(

@@ -25,7 +25,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from seed_rl.train import DEFAULTS, die_with_parent  # pylint: disable=g-import-not-at-top,wrong-import-position
+from seed_rl.train import DEFAULTS, die_with_parent
 
 DEFAULT_TARGETS = {
   ("classic", "vtrace"): 475.0,

@@ -84,7 +84,7 @@ def _run_learner(threads_file: str, argv: List[str]) -> int:
   threading.Thread(
     target=dump_thread_names, name="capacity-probe", daemon=True
   ).start()
-  from seed_rl import learner_main  # pylint: disable=g-import-not-at-top
+  from seed_rl import learner_main
 
   return learner_main.main(argv)
 
@@ -157,8 +157,8 @@ def _varint(value: int) -> bytes:
 def _messages(obs: str, k: int, first_env_id: int, rng) -> List[bytes]:
   """Serialized StepRequests of one stream, without their sequence field:
   [regular, ending env 0, ending env 1, ...] (min(k, 4) ending variants)."""
-  from seed_rl.common.specs import StepBatch  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc import codec  # pylint: disable=g-import-not-at-top
+  from seed_rl.common.specs import StepBatch
+  from seed_rl.grpc import codec
 
   if obs == "atari":
     observation = rng.integers(0, 256, (k, 84, 84), dtype=np.uint8)
@@ -194,8 +194,8 @@ async def _stream(
   channel, hello_stub, obs, k, actor_id, specs, clock, stats, rng
 ) -> None:
   """One simulated actor: Hello, then one Step stream until `clock` ends."""
-  import grpc  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc import codec, protocol, seed_rl_pb2  # pylint: disable=g-import-not-at-top
+  import grpc
+  from seed_rl.grpc import codec, protocol, seed_rl_pb2
 
   request = seed_rl_pb2.HelloRequest(
     protocol_version=protocol.PROTOCOL_VERSION, actor_id=actor_id, num_envs=k
@@ -250,9 +250,9 @@ async def _stream(
 
 
 async def _load(args) -> dict:
-  import grpc  # pylint: disable=g-import-not-at-top
-  from seed_rl import registry  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc import protocol, seed_rl_pb2_grpc  # pylint: disable=g-import-not-at-top
+  import grpc
+  from seed_rl import registry
+  from seed_rl.grpc import protocol, seed_rl_pb2_grpc
 
   probe = registry.env_module(ENV_OF_OBS[args.obs]).create_environment(
     num_envs=1, seed=0

@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # pylint: disable=g-import-not-at-top
+import numpy as np
 
 
 def _random(spec, shape, rng):
@@ -59,17 +59,22 @@ def main() -> None:
   parser.add_argument("--act_batch", type=int, default=32)
   args = parser.parse_args()
 
-  from seed_rl import gin_utils, registry  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.agent_api import ActInputs, Unroll  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.env_state import stacked_observation_spec  # pylint: disable=g-import-not-at-top
+  from seed_rl import gin_utils, profiles, registry
+  from seed_rl.common import learner as learner_lib
+  from seed_rl.common.agent_api import ActInputs, Unroll
+  from seed_rl.common.env_state import stacked_observation_spec
 
   registry.check_pair(args.env, args.agent)
   env_module = registry.env_module(args.env)
   agent_module = registry.agent_module(args.agent)
-  for name in registry.LEARNER_GIN_MODULES:
+  for name in registry.learner_gin_modules(args.env):
     importlib.import_module(name)
-  gin_utils.parse([registry.gin_file(args.env, args.agent)], args.bindings)
+  # As the learner of a run on this machine parses it (profile first).
+  gin_utils.parse(
+    profiles.gin_files(profiles.AUTO, args.env)
+    + [registry.gin_file(args.env, args.agent)],
+    args.bindings,
+  )
   config = learner_lib.LearnerConfig()
   learner_lib.configure_tf_threads(config)
   probe = env_module.create_environment(num_envs=1, seed=0)

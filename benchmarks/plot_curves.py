@@ -26,7 +26,7 @@ import numpy as np
 
 def read_curve(logdir: str):
   """Returns (env_steps [N], returns [N]) from a run's event files."""
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+  from tensorboard.backend.event_processing import event_accumulator
 
   steps_by_step, returns_by_step, wall_by_step = {}, {}, {}
   for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents*"))):
@@ -54,7 +54,7 @@ def read_curve(logdir: str):
 
 
 def tf_make_ndarray(proto):
-  from tensorboard.util import tensor_util  # pylint: disable=g-import-not-at-top
+  from tensorboard.util import tensor_util
 
   return tensor_util.make_ndarray(proto)
 
@@ -79,10 +79,10 @@ def main(argv=None) -> int:
   labels = args.labels.split(",") if args.labels else None
   if labels is not None and len(labels) != len(args.logdirs):
     p.error(f"--labels has {len(labels)} names for {len(args.logdirs)} logdirs")
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   panels = ["env_steps", "minutes"] if args.x == "both" else [args.x]
   fig, axes = plt.subplots(

@@ -40,11 +40,11 @@ from typing import Dict, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import grpc  # pylint: disable=g-import-not-at-top,wrong-import-position
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+import grpc
+import numpy as np
 
-from seed_rl.common.specs import ArraySpec, StepBatch  # pylint: disable=g-import-not-at-top,wrong-import-position
-from seed_rl.grpc import codec, protocol, seed_rl_pb2  # pylint: disable=g-import-not-at-top,wrong-import-position
+from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.grpc import codec, protocol, seed_rl_pb2
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 GIN = os.path.join(ROOT, "seed_rl", "classic", "gin", "vtrace.gin")
@@ -264,7 +264,7 @@ def _start_actor(port: int, actor_id: int, k: int) -> subprocess.Popen:
   )
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> int:  # noqa: C901, PLR0912, PLR0915 (one script of phases)
   p = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )

@@ -61,13 +61,16 @@ SETUPS = {
 def _random_actor(
   env: str, agent: str, k: int, seed: int, seconds: float, queue
 ) -> None:
-  import gin  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from seed_rl import registry  # pylint: disable=g-import-not-at-top
+  import gin
+  import numpy as np
+  from seed_rl import profiles, registry
 
   module = registry.env_module(env)
+  # As the actors of a run on this machine parse it (machine profile first).
   gin.parse_config_files_and_bindings(
-    [registry.gin_file(env, agent)], [], skip_unknown=True
+    profiles.gin_files(profiles.AUTO, env) + [registry.gin_file(env, agent)],
+    [],
+    skip_unknown=True,
   )
   batched = module.create_environment(num_envs=k, seed=seed)
   spec = batched.action_spec

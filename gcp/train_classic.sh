@@ -6,6 +6,7 @@
 #       [--learner_machine_type M] [--accelerator_type T|none] [--accelerator_count N] \
 #       [--num_actors N] [--envs_per_actor K] [--actor_machine_type M] \
 #       [--agent A] [--gin_bindings B ...] [learner flags] [--dry_run]
+#       [--tune --tune_param NAME=KIND:... ...]  (a tuning study, README.md)
 # --dry_run prints the job spec (JSON) instead of submitting it with
 # `gcloud ai custom-jobs create`. See seed_rl/cluster/vertex.py and README.md.
 set -euo pipefail

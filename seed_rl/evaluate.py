@@ -75,8 +75,8 @@ DEFAULT_FPS = 30.0
 def _video_writer(path: str, fps: float):
   """An imageio ffmpeg writer, or a clear error naming the extra."""
   try:
-    import imageio.v2 as imageio  # pylint: disable=g-import-not-at-top
-    import imageio_ffmpeg  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
+    import imageio.v2 as imageio
+    import imageio_ffmpeg  # noqa: F401
   except ImportError as e:
     raise RuntimeError(
       f"--video needs imageio with its ffmpeg plugin ({e}); install the "
@@ -168,7 +168,7 @@ def _create_env(
   video_source: str,
 ):
   """The run's env with `settings` (Atari runs), rendering for `video`."""
-  from seed_rl.actors import factory  # pylint: disable=g-import-not-at-top
+  from seed_rl.actors import factory
 
   if not is_atari(run):
     if settings:
@@ -197,7 +197,7 @@ def is_image(spec) -> bool:
   )
 
 
-def evaluate(
+def evaluate(  # noqa: PLR0913 (the evaluation protocol's options)
   run,
   episodes: int,
   greedy: bool = True,
@@ -245,7 +245,7 @@ def evaluate(
       writer.close()
   result = _summary(run, returns, lengths, greedy, seed)
   if is_atari(run):
-    from seed_rl.atari import scores  # pylint: disable=g-import-not-at-top
+    from seed_rl.atari import scores
 
     result["game"] = env.game
     result["protocol"] = protocol_report(protocol, env)
@@ -286,8 +286,8 @@ def _play(
     (returns, lengths) of the counted episodes, in the order they ended, and
     the number of video frames written.
   """
-  from seed_rl.common.agent_api import ActInputs  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.env_state import EnvStateTable  # pylint: disable=g-import-not-at-top
+  from seed_rl.common.agent_api import ActInputs
+  from seed_rl.common.env_state import EnvStateTable
 
   agent, n = run.agent, len(quota)
   state = EnvStateTable(
@@ -417,8 +417,17 @@ def _summary(
 
 
 def build_parser() -> argparse.ArgumentParser:
+  """The command line: episodes, video, Atari protocol and play flags."""
   p = saved_run.tool_parser("python -m seed_rl.evaluate", __doc__)
   p.add_argument("--episodes", type=int, default=10)
+  _add_video_flags(p)
+  _add_atari_flags(p)
+  _add_play_flags(p)
+  return p
+
+
+def _add_video_flags(p: argparse.ArgumentParser) -> None:
+  """--video and how it is recorded (--video_source, --fps)."""
   p.add_argument(
     "--video", default=None, help="write the first episode to this .mp4"
   )
@@ -435,6 +444,10 @@ def build_parser() -> argparse.ArgumentParser:
     default=None,
     help="video frame rate (default: real time for Atari, 15; else 30)",
   )
+
+
+def _add_atari_flags(p: argparse.ArgumentParser) -> None:
+  """The Atari evaluation protocol and its overrides (a flag group)."""
   atari = p.add_argument_group(
     "Atari evaluation protocol (episodes are full games, all lives)"
   )
@@ -467,6 +480,10 @@ def build_parser() -> argparse.ArgumentParser:
     help="override: cap episodes at F emulator frames (F/4 agent steps "
     "after the no-op start), reported as truncation",
   )
+
+
+def _add_play_flags(p: argparse.ArgumentParser) -> None:
+  """How the episodes are played: --greedy/--sample, --seed, --num_envs."""
   mode = p.add_mutually_exclusive_group()
   mode.add_argument(
     "--greedy",
@@ -488,7 +505,6 @@ def build_parser() -> argparse.ArgumentParser:
     default=1,
     help="envs played side by side (each plays its share of episodes)",
   )
-  return p
 
 
 def main(argv=None) -> int:
@@ -501,7 +517,7 @@ def main(argv=None) -> int:
   except ValueError as e:
     parser.error(str(e))
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   tf.random.set_seed(args.seed)
   return saved_run.run_tool(

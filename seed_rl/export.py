@@ -2,8 +2,10 @@
 
 Writes a TensorFlow SavedModel that runs the run's greedy policy without
 seed_rl (TensorFlow alone loads it), frame stacking and observation
-normalisation included. Supported: vtrace (feed-forward or LSTM), ppo
-(discrete and continuous), dqn and r2d2 (LSTM); other agents are refused.
+normalisation included. The policy is the agent's own
+(`Agent.greedy_policy`, seed_rl/common/agent_api.py): every built-in agent
+has one (vtrace, ppo, a2c, acer, dqn, r2d2, sac, td3 and ddpg); an agent
+without it is refused with a message naming it.
 
 Signatures (B = batch of envs; k = the run's frame stack):
 
@@ -40,111 +42,43 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Dict, Tuple
 
+from seed_rl.common import agent_api
 from seed_rl.common import saved_run
-
-SUPPORTED_AGENTS = ("vtrace", "ppo", "dqn", "r2d2")
+# TensorFlow is imported inside the functions that use it, once main() has
+# set TF_CPP_MIN_LOG_LEVEL.
 
 # name -> (shape after B, dtype) of each state tensor of a policy.
 StateSpecs = Dict[str, Tuple[Tuple[int, ...], Any]]
 
 
-def _greedy_step(agent) -> Tuple[Callable, bool]:
-  """(fn(observation, prev_action, reward, done, core) -> (action, core),
-  recurrent) for the agent's greedy policy, as its `act` with eval_mask
-  (R2D2 without its evaluation epsilon)."""
-  for name, class_name, build in (
-    ("vtrace", "VtraceAgent", _vtrace_step),
-    ("ppo", "PPOAgent", _ppo_step),
-    ("dqn", "DQNAgent", _dqn_step),
-    ("r2d2", "R2D2Agent", _r2d2_step),
-  ):
-    # Only the run's agent module is imported (gin refuses new
-    # configurables once the config is locked).
-    module = sys.modules.get(f"seed_rl.agents.{name}.agent")
-    if module is not None and isinstance(agent, getattr(module, class_name)):
-      return build(agent, module)
-  raise ValueError(
-    f"seed_rl.export supports the agents {', '.join(SUPPORTED_AGENTS)}; "
-    f"not {type(agent).__module__}.{type(agent).__name__}"
-  )
+def greedy_policy(agent) -> Tuple[agent_api.GreedyStep, bool]:
+  """(step, recurrent) of the agent's own greedy policy
+  (`agent_api.Agent.greedy_policy`: `act` with eval_mask, R2D2 without
+  its evaluation epsilon).
 
-
-def _vtrace_step(agent, vtrace_lib) -> Tuple[Callable, bool]:
-  """The mode of the V-trace policy; recurrent with use_lstm."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  network, action_dtype = agent.network, agent.action_spec.dtype
-  distribution = vtrace_lib.policy_distribution(agent.action_spec)
-
-  def vtrace_step(observation, prev_action, reward, done, core):
-    params, _, core = network.step(observation, prev_action, reward, done, core)
-    return tf.cast(distribution.mode(params)[0], action_dtype), core
-
-  return vtrace_step, bool(agent.config.use_lstm)
-
-
-def _ppo_step(agent, _) -> Tuple[Callable, bool]:
-  """The mode of the PPO policy, on normalised observations if it trained
-  on them."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  network, normalizer = agent.network, agent.observation_normalizer
-  distribution, action_dtype = agent.distribution, agent.action_spec.dtype
-
-  def ppo_step(observation, prev_action, reward, done, core):
-    del prev_action, reward, done
-    if normalizer is not None:
-      observation = normalizer.normalize(observation)
-    params, _ = network(observation)
-    return tf.cast(distribution.mode(params)[0], action_dtype), core
-
-  return ppo_step, False
-
-
-def _dqn_step(agent, _) -> Tuple[Callable, bool]:
-  """argmax of the online Q-network (noisy layers at their mean)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  online, noisy = agent.online_network, agent.config.noisy is not None
-  action_dtype = agent.action_spec.dtype
-
-  def dqn_step(observation, prev_action, reward, done, core):
-    del prev_action, reward, done
-    q = (
-      online(observation, deterministic=True) if noisy else online(observation)
+  Raises:
+    ValueError: naming what to implement if the agent has no greedy policy.
+  """
+  method = getattr(type(agent), "greedy_policy", None)
+  if method is None or method is agent_api.Agent.greedy_policy:
+    raise ValueError(
+      f"seed_rl.export cannot export {type(agent).__module__}."
+      f"{type(agent).__name__}: it does not implement greedy_policy(self) "
+      "-> (step, recurrent), the deterministic policy to export (see "
+      "Agent.greedy_policy in seed_rl/common/agent_api.py)"
     )
-    return tf.cast(tf.argmax(q, axis=-1), action_dtype), core
-
-  return dqn_step, False
-
-
-def _r2d2_step(agent, _) -> Tuple[Callable, bool]:
-  """argmax of the recurrent online Q-network."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  online, action_dtype = agent.online_network, agent.action_spec.dtype
-
-  def r2d2_step(observation, prev_action, reward, done, core):
-    q, core = online.step(observation, prev_action, reward, done, core)
-    return tf.cast(tf.argmax(q, axis=-1), action_dtype), tuple(core)
-
-  return r2d2_step, True
+  return agent.greedy_policy()
 
 
 def make_policy_module(run) -> Tuple[Any, Dict[str, Any]]:
   """(tf.Module with `policy` and `initial_state`, its description) for a
   saved_run.LoadedRun."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   agent = run.agent
-  if run.agent_name.rsplit(".", 1)[-1] not in SUPPORTED_AGENTS:
-    raise ValueError(
-      f"seed_rl.export supports the agents {', '.join(SUPPORTED_AGENTS)}; "
-      f"not {run.agent_name!r}"
-    )
-  step, recurrent = _greedy_step(agent)
+  step, recurrent = greedy_policy(agent)
   state_specs = _state_specs(run, recurrent)
   input_signature = _input_signature(run.observation_spec, state_specs)
   num_cores = sum(name.startswith("state_core_") for name in state_specs)
@@ -175,7 +109,7 @@ def _state_specs(run, recurrent: bool) -> StateSpecs:
   """The policy's state: the previous k-1 frames (k = the run's frame
   stack, if > 1) and, for recurrent agents, the previous action and the
   core state (LSTM h, c)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   obs_spec, act_spec, k = run.observation_spec, run.action_spec, run.frame_stack
   core_shapes = [tuple(s.shape[1:]) for s in run.agent.initial_core_state(1)]
@@ -195,7 +129,7 @@ def _state_specs(run, recurrent: bool) -> StateSpecs:
 def _input_signature(obs_spec, state_specs: StateSpecs) -> Dict[str, Any]:
   """name -> tf.TensorSpec [B, ...] of the policy's inputs (the names become
   the signature's keyword arguments)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   shapes_and_dtypes = {
     "observation": (tuple(obs_spec.shape), obs_spec.dtype),
@@ -212,8 +146,8 @@ def _input_signature(obs_spec, state_specs: StateSpecs) -> Dict[str, Any]:
 def _policy(inputs, step, recurrent: bool, run, num_cores: int):
   """One greedy step of the exported policy: {action, state_*} [B, ...] for
   the inputs {observation, first, reward, state_*} (see the module
-  docstring); `step` and `recurrent` as _greedy_step returns them."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  docstring); `step` and `recurrent` as greedy_policy returns them."""
+  import tensorflow as tf
 
   act_spec, k = run.action_spec, run.frame_stack
   first = inputs["first"]
@@ -246,7 +180,7 @@ def _policy(inputs, step, recurrent: bool, run, num_cores: int):
 
 def _dims(shape):
   """A shape as an int32 vector, for tf.zeros of a dynamic batch."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   return tf.constant(list(shape), tf.int32, shape=[len(shape)])
 
@@ -254,7 +188,7 @@ def _dims(shape):
 def _keep(first, x):
   """x [B, ...] with the rows where `first` [B] zeroed (a fresh episode's
   state)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   mask = tf.reshape(tf.logical_not(first), [-1] + [1] * (x.shape.rank - 1))
   return tf.where(mask, x, tf.zeros_like(x))
@@ -287,7 +221,7 @@ def _description(
 
 def export(run, out_dir: str) -> Dict[str, Any]:
   """Writes the SavedModel of `run` (a saved_run.LoadedRun) to `out_dir`."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   module, description = make_policy_module(run)
   signatures = {"policy": module.policy.get_concrete_function()}

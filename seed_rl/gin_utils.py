@@ -72,7 +72,7 @@ def configurable_names() -> list:
   # gin 0.5 keeps its registry private; it is the only source for the list.
   # Module-path names shown by their last part, as bindings use them;
   # explicitly named ones ('classic.create_environment') in full.
-  names = (name for name, _ in gin.config._REGISTRY.items())  # pylint: disable=protected-access
+  names = (name for name, _ in gin.config._REGISTRY.items())
   return sorted(
     {
       name.rsplit(".", 1)[-1] if name.startswith("seed_rl.") else name

@@ -16,7 +16,9 @@ import time
 from typing import Any, Tuple
 
 from seed_rl import gin_utils
+from seed_rl import profiles
 from seed_rl import registry
+from seed_rl.cluster import tuning
 from seed_rl.common import profiling
 from seed_rl.grpc import security
 
@@ -66,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     help="default: runs/<env>-<agent>; resumes if it holds checkpoints",
   )
   _add_server_flags(p)
+  profiles.add_flag(p)
   p.add_argument(
     "--gin_config",
     action="append",
@@ -83,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--max_env_steps", type=int, default=None)
   p.add_argument("--max_learner_steps", type=int, default=None)
   p.add_argument("--max_seconds", type=float, default=None)
+  p.add_argument(
+    "--hypertune_metric",
+    default=None,
+    help="in a Vertex AI tuning study: report this metric (episode/return: "
+    "the mean of the last 100 training episodes) where the service reads "
+    "it; the logdir gets a trial-<id>/ subfolder per trial",
+  )
   p.add_argument(
     "--profile",
     action="store_true",
@@ -144,7 +154,15 @@ class _Run:
 def main(argv=None) -> int:
   """Builds the learner from the flags, serves actors until a stop
   condition and writes result.json; the exit code (2: a setup mistake)."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  try:
+    # A tuning trial's parameters (`--hp_...`, seed_rl/cluster/tuning.py).
+    argv, tuned = tuning.extract_hyperparameters(argv)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   args = build_parser().parse_args(argv)
+  args.gin_bindings += tuned
   try:
     server_security = _check_args(args)
     # See scripts/setup_env.sh.
@@ -156,10 +174,14 @@ def main(argv=None) -> int:
   checkpointer = _open_logdir(args, run)
   profiler = _profiler(args.profile)
   learner = _learner(run, checkpointer, profiler)
+  if args.hypertune_metric:
+    learner.reporter.hypertune = tuning.HypertuneReporter(args.hypertune_metric)
   if not security.is_loopback(args.server_address) and not (
     server_security.tls and server_security.token
   ):
-    learner.banner = f"INSECURE: {args.server_address} without TLS and token"
+    learner.reporter.banner = (
+      f"INSECURE: {args.server_address} without TLS and token"
+    )
   started = time.monotonic()
   reason = _serve(args, run, learner, server_security)
   gin_utils.write_operative_config(run.logdir)
@@ -172,6 +194,9 @@ def _check_args(args: argparse.Namespace) -> security.ServerSecurity:
   """Checks the flags before anything slow loads; the server's security."""
   try:
     registry.check_pair(args.env, args.agent)
+    args.machine_profile = profiles.resolve(args.machine_profile)
+    if args.hypertune_metric:
+      tuning.HypertuneReporter(args.hypertune_metric)  # checks the name
     server_security = security.ServerSecurity(
       args.tls_cert, args.tls_key, security.read_token(args.token_file)
     )
@@ -189,17 +214,19 @@ def _check_args(args: argparse.Namespace) -> security.ServerSecurity:
 def _build(args: argparse.Namespace) -> _Run:
   """Parses gin, seeds TensorFlow, probes the env's specs, creates the agent."""
   # TensorFlow and the agent modules load only now (slow imports).
-  import importlib  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
+  import importlib
+  import keras
+  from seed_rl.common import learner as learner_lib
 
   env_module = registry.env_module(args.env)
   agent_module = registry.agent_module(args.agent)
-  for name in registry.LEARNER_GIN_MODULES:
+  for name in registry.learner_gin_modules(args.env):
     importlib.import_module(name)
   try:
     gin_utils.parse(
-      [registry.gin_file(args.env, args.agent)] + args.gin_config,
+      profiles.gin_files(args.machine_profile, args.env)
+      + [registry.gin_file(args.env, args.agent)]
+      + args.gin_config,
       args.gin_bindings,
     )
     config = learner_lib.LearnerConfig()
@@ -210,7 +237,10 @@ def _build(args: argparse.Namespace) -> _Run:
   }
   config = dataclasses.replace(config, **overrides)
   learner_lib.configure_tf_threads(config)
-  tf.random.set_seed(args.seed)
+  # Python's `random` too: Keras 3 draws initializer seeds from it, so
+  # tf.random.set_seed alone left two runs of one --seed with different
+  # initial weights.
+  keras.utils.set_random_seed(args.seed)
   observation_spec, action_spec = _probe_specs(env_module, args.seed)
   num_train_envs = args.num_actors * args.envs_per_actor
   agent = _create_agent(
@@ -228,15 +258,25 @@ def _build(args: argparse.Namespace) -> _Run:
     action_spec,
     num_train_envs,
     num_train_envs + args.num_eval_actors * args.envs_per_actor,
-    args.logdir or os.path.join("runs", f"{args.env}-{args.agent}"),
+    _logdir(args),
   )
+
+
+def _logdir(args: argparse.Namespace) -> str:
+  """--logdir (default runs/ENV-AGENT); in a tuning study, one folder per
+  trial, or the trials would resume each other's checkpoints."""
+  logdir = args.logdir or os.path.join("runs", f"{args.env}-{args.agent}")
+  trial = tuning.trial_id()
+  if args.hypertune_metric and trial:
+    logdir = os.path.join(logdir, f"trial-{trial}")
+  return logdir
 
 
 def _probe_specs(env_module, seed: int) -> Tuple[Any, Any]:
   """The (observation, action) specs of one env of the domain."""
   try:
     probe = env_module.create_environment(num_envs=1, seed=seed)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     message = f"cannot create the environment: {type(e).__name__}: {e}"
     if os.environ.get("SEED_RL_DEBUG"):
       print(f"error: {message}", file=sys.stderr)
@@ -251,9 +291,9 @@ def _create_agent(
   name, agent_module, config, observation_spec, action_spec, num_train_envs
 ):
   """The agent, placed on the configured devices."""
-  from seed_rl.common import devices  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.env_state import stacked_observation_spec  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import devices
+  from seed_rl.common import metrics
+  from seed_rl.common.env_state import stacked_observation_spec
 
   try:
     if config.training_devices and not getattr(
@@ -281,9 +321,9 @@ def _create_agent(
 def _open_logdir(args: argparse.Namespace, run: _Run):
   """Restores the newest checkpoint of the logdir, if any, and writes what
   seed_rl.evaluate / seed_rl.export rebuild the run from; the Checkpointer."""
-  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import saved_run  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.checkpoints import Checkpointer  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import metrics
+  from seed_rl.common import saved_run
+  from seed_rl.common.checkpoints import Checkpointer
 
   checkpointer = Checkpointer(
     os.path.join(run.logdir, "checkpoints"), run.agent.checkpoint_objects()
@@ -314,14 +354,14 @@ def _profiler(enabled: bool) -> profiling.Profiler:
   """A real profiler only when asked (--profile); the no-op one otherwise."""
   if not enabled:
     return profiling.NULL_PROFILER
-  from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import learner as learner_lib
 
   return profiling.Profiler(learner_lib.PROFILED_SECTIONS)
 
 
 def _learner(run: _Run, checkpointer, profiler: profiling.Profiler):
-  from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import learner as learner_lib
+  from seed_rl.common import metrics
 
   return learner_lib.Learner(
     run.agent,
@@ -341,9 +381,9 @@ def _serve(
 ) -> str:
   """Serves the actors until the learner stops (a stop condition, Ctrl-C,
   SIGTERM); returns why it stopped."""
-  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc.server import LearnerServer  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc.validation import ValueLimits  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import metrics
+  from seed_rl.grpc.server import LearnerServer
+  from seed_rl.grpc.validation import ValueLimits
 
   server = LearnerServer(
     args.server_address,
@@ -394,14 +434,14 @@ def _serve(
 
 
 def _log_summary(run: _Run, learner, checkpointer, reason, seconds) -> None:
-  from seed_rl.common import metrics  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import metrics
 
   fmt = lambda r: "n/a" if r is None else f"{r:.1f}"
   metrics.log(
     f"[learner] finished ({reason}) after {seconds:.0f} s"
     f", {learner.env_steps:,d} env steps, "
     f"{int(run.agent.step_counter.numpy()):,d} learner steps; mean return of "
-    f"the last 100 episodes: best {fmt(learner.best_return)}, final "
+    f"the last 100 episodes: best {fmt(learner.reporter.best_return)}, final "
     f"{fmt(learner.episodes.recent_mean())}\n[learner] checkpoint in "
     f"{checkpointer.directory}; curves: tensorboard --logdir {run.logdir}; "
     f"score or watch it: python -m seed_rl.evaluate --logdir {run.logdir}"
@@ -411,7 +451,7 @@ def _log_summary(run: _Run, learner, checkpointer, reason, seconds) -> None:
 def _write_result(logdir, reason, learner, profiler) -> None:
   """`<logdir>/result.json`: how the run ended (read by benchmarks); with
   --profile also the profiler's 'cpu_s' and 'steady_state'."""
-  import json  # pylint: disable=g-import-not-at-top
+  import json
 
   recent = learner.episodes.recent_mean()
   result = {
@@ -422,8 +462,8 @@ def _write_result(logdir, reason, learner, profiler) -> None:
     "final_return": recent,
     # Reached the target at some point of the run (the mean may dip
     # below it again before shutdown).
-    "solved": learner.solved_at_s is not None,
-    "solved_at_s": learner.solved_at_s,
+    "solved": learner.stop_rules.solved_at_s is not None,
+    "solved_at_s": learner.stop_rules.solved_at_s,
     "batches": learner.batches_run,
     **profiler.summary(),
   }

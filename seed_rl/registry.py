@@ -151,5 +151,24 @@ def env_module(env: str):
   return importlib.import_module(f"{_package(env, ENVS) or env}.env")
 
 
+def networks_module(env: str) -> Optional[str]:
+  """The name of the domain's `networks` module if it has one (found
+  without running it): the learner imports it before parsing gin, so a
+  plugin domain's own torsos are gin-configurable there; actors never
+  import it (it may import TensorFlow)."""
+  name = f"{_package(env, ENVS) or env}.networks"
+  try:
+    return name if importlib.util.find_spec(name) is not None else None
+  except (ImportError, ValueError):
+    return None
+
+
+def learner_gin_modules(env: str) -> List[str]:
+  """What a process that builds agents imports before parsing gin:
+  LEARNER_GIN_MODULES and the domain's networks module, if any."""
+  networks = networks_module(env)
+  return list(LEARNER_GIN_MODULES) + ([networks] if networks else [])
+
+
 def agent_module(agent: str):
   return importlib.import_module(f"{_package(agent, AGENTS) or agent}.agent")

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import List, Optional, Tuple
 
+from seed_rl import profiles
 from seed_rl import registry
 
 # Actor exit codes (seed_rl.actors.main's EXIT_*) that stop the run: every
@@ -120,6 +121,7 @@ def build_parser(flags_only: bool = False) -> argparse.ArgumentParser:
   p.add_argument("--tensorboard_port", type=int, default=6006)
   p.add_argument("--port", type=int, default=0, help="0 picks a free port")
   p.add_argument("--seed", type=int, default=0)
+  profiles.add_flag(p)
   p.add_argument(
     "--actor_stats_dir",
     default=None,
@@ -209,10 +211,18 @@ def _prepare(args: argparse.Namespace, extra: List[str]) -> List[str]:
     raise ValueError("NUM_ACTORS and ENVS_PER_ACTOR must be >= 1")
   if args.actor_stats_dir:
     os.makedirs(args.actor_stats_dir, exist_ok=True)
+  args.machine_profile = profiles.resolve(args.machine_profile)
+  print(
+    f"[launcher] machine profile {args.machine_profile} "
+    f"({os.cpu_count()} cores; --machine_profile "
+    f"{'|'.join(profiles.PROFILES)} to choose)",
+    flush=True,
+  )
   gin_args = ["--gin_config", registry.gin_file(args.env, args.agent)]
   gin_args += _forwarded(extra, ("--gin_config", "--gin_bindings"))
   configs, bindings = _gin_sources(gin_args)
-  from seed_rl import gin_utils  # pylint: disable=g-import-not-at-top
+  configs = profiles.gin_files(args.machine_profile, args.env) + configs
+  from seed_rl import gin_utils
 
   gin_utils.check_renamed(configs, bindings)
   problem = _check_environment(args.env, configs, bindings, args.seed)
@@ -256,6 +266,7 @@ def _commands(
     )
     + ["--num_eval_actors", str(args.num_eval_actors)]
     + ["--server_address", address, "--seed", str(args.seed)]
+    + ["--machine_profile", args.machine_profile]
     + _silent_stream_flags(args, extra)
     + extra
   )
@@ -296,6 +307,7 @@ def _actor_command(
   cmd = [sys.executable, "-m", "seed_rl.actors.main", "--env", args.env]
   cmd += ["--actor_id", str(i), "--num_envs", str(args.envs_per_actor)]
   cmd += ["--server_address", address, "--seed", str(args.seed)]
+  cmd += ["--machine_profile", args.machine_profile]
   if args.env_step_timeout_s:
     cmd += ["--env_step_timeout_s", str(args.env_step_timeout_s)]
   cmd += gin_args
@@ -397,13 +409,13 @@ def _check_environment(
   """Creates one env as the actors will (same gin, TF-free) before anything
   starts, so a configuration mistake is one message, not a restart loop.
   Returns the problem, or '' if the environment builds."""
-  import gin  # pylint: disable=g-import-not-at-top
+  import gin
 
   try:
     create = registry.env_module(env).create_environment
     gin.parse_config_files_and_bindings(configs, bindings, skip_unknown=True)
     create(num_envs=1, seed=seed).close()
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     if os.environ.get("SEED_RL_DEBUG"):
       raise
     return f"{type(e).__name__}: {e}"

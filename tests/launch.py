@@ -82,7 +82,7 @@ def train_briefly(
 
 def event_tags(logdir) -> Set[str]:
   """The scalar names a run wrote to TensorBoard."""
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+  from tensorboard.backend.event_processing import event_accumulator
 
   acc = event_accumulator.EventAccumulator(str(logdir))
   acc.Reload()

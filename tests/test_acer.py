@@ -190,7 +190,7 @@ def test_retrace_matches_the_explicit_sum(gamma, lam):
 def test_retrace_targets_elementwise_with_episode_ends():
   """retrace_targets itself, fed the per-transition encoding built from the
   raw flags, against the explicit sum element by element."""
-  from seed_rl.agents.vtrace.loss import transition_inputs  # pylint: disable=g-import-not-at-top
+  from seed_rl.agents.episode_ends import transition_inputs
 
   rng = np.random.default_rng(1)
   inputs = _random_unroll(rng, num_steps=8, batch=6)

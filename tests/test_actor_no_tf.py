@@ -32,6 +32,7 @@ TF_FREE_RUNTIME = tuple(
   for name in (
     "agent_api",
     "batcher",
+    "batches",
     "config_checks",
     "env_state",
     "episode_stats",
@@ -41,6 +42,7 @@ TF_FREE_RUNTIME = tuple(
     "learner_config",
     "metrics",
     "profiling",
+    "reporting",
     "replay",
     "schedules",
     "specs",
@@ -98,7 +100,7 @@ def test_actor_env_creation_does_not_import_tensorflow():
 
 
 def test_tf_free_list_matches_the_package_docstring():
-  import seed_rl.common  # pylint: disable=import-outside-toplevel
+  import seed_rl.common
 
   listed = {f"seed_rl.common.{n}" for n in seed_rl.common.TF_FREE}
   assert listed == set(TF_FREE_RUNTIME)

@@ -147,7 +147,7 @@ def test_training_defaults_are_unchanged():
   assert defaults["use_fire_reset"] is False
   assert defaults["render_mode"] is None
   with atari_env.create_environment(1, 0, num_threads=1) as env:
-    assert env._twin is None  # pylint: disable=protected-access
+    assert env._twin is None
     env.reset()
     assert env.render() is None
     assert env.settings["full_games"]
@@ -190,7 +190,7 @@ def test_colour_twin_plays_env_0s_game_and_drift_is_caught():
       moved = moved or not np.array_equal(env.render(), first)
     assert ends == 2 and moved
     # A twin one step ahead is not env 0's game any more.
-    env._twin.step(np.zeros(1, np.int32))  # pylint: disable=protected-access
+    env._twin.step(np.zeros(1, np.int32))
     with pytest.raises(RuntimeError, match="diverged"):
       env.step(np.zeros(3, np.int32))
   with pytest.raises(ValueError, match="'rgb_array' only"):
@@ -236,7 +236,7 @@ def test_protocol_settings():
 def test_the_env_evaluate_builds_plays_the_protocol():
   run = types.SimpleNamespace(env="atari", env_module=atari_env)
   settings = evaluate.atari_settings("sticky", max_episode_frames=400)
-  env = evaluate._create_env(run, 2, 0, settings, False, "game")  # pylint: disable=protected-access
+  env = evaluate._create_env(run, 2, 0, settings, False, "game")
   try:
     assert evaluate.protocol_report("sticky", env) == {
       "name": "sticky",
@@ -252,7 +252,7 @@ def test_the_env_evaluate_builds_plays_the_protocol():
   finally:
     env.close()
   for source, colour in (("game", True), ("agent", False)):
-    env = evaluate._create_env(run, 1, 0, {}, True, source)  # pylint: disable=protected-access
+    env = evaluate._create_env(run, 1, 0, {}, True, source)
     try:
       env.reset()
       assert (env.render() is not None) == colour, source
@@ -261,11 +261,11 @@ def test_the_env_evaluate_builds_plays_the_protocol():
 
 
 def test_protocol_flags_refused_for_other_envs():
-  from seed_rl.classic import env as classic_env  # pylint: disable=g-import-not-at-top
+  from seed_rl.classic import env as classic_env
 
   run = types.SimpleNamespace(env="classic", env_module=classic_env)
   with pytest.raises(ValueError, match="apply to Atari runs; this run's env"):
-    evaluate._create_env(  # pylint: disable=protected-access
+    evaluate._create_env(
       run, 1, 0, evaluate.atari_settings("noop30"), False, "game"
     )
 
@@ -275,15 +275,15 @@ def pong_logdir(tmp_path_factory):
   """A logdir as the learner leaves it: an untrained V-trace Pong agent's
   checkpoint, operative_config.gin and run.json."""
   pytest.importorskip("tensorflow")
-  import gin  # pylint: disable=g-import-not-at-top
-  import importlib  # pylint: disable=g-import-not-at-top
+  import gin
+  import importlib
 
-  from seed_rl import gin_utils  # pylint: disable=g-import-not-at-top
-  from seed_rl import registry  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import saved_run  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.checkpoints import Checkpointer  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.env_state import stacked_observation_spec  # pylint: disable=g-import-not-at-top
+  from seed_rl import gin_utils
+  from seed_rl import registry
+  from seed_rl.common import learner as learner_lib
+  from seed_rl.common import saved_run
+  from seed_rl.common.checkpoints import Checkpointer
+  from seed_rl.common.env_state import stacked_observation_spec
 
   logdir = str(tmp_path_factory.mktemp("pong_run"))
   gin.clear_config()
@@ -366,7 +366,7 @@ def test_video_records_the_scored_game_in_colour(pong_logdir, tmp_path):
   pytest.importorskip(
     "imageio_ffmpeg", reason="the video extra: pip install -e '.[video]'"
   )
-  from seed_rl.common import saved_run  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import saved_run
 
   run = saved_run.load_run(pong_logdir)
   frames = {}

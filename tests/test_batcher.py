@@ -15,7 +15,7 @@ def _run_clients(batcher, num_clients, calls, size):
     try:
       for c in range(calls):
         results[(i, c)] = batcher((i, c, size))
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       errors.append(e)
 
   threads = [
@@ -145,7 +145,7 @@ def test_pending_requests_share_the_next_batch_up_to_the_cap():
     time.sleep(0.001)
   for c in callers[1:]:
     c.start()
-  while batcher._pending_size < 8 and time.monotonic() < deadline:  # pylint: disable=protected-access
+  while batcher._pending_size < 8 and time.monotonic() < deadline:
     time.sleep(0.001)
   release.set()
   for c in callers:

@@ -50,7 +50,7 @@ def test_learn_over_two_seeds_prints_a_line_each_and_a_summary(tmp_path):
 def _fake_run(logdir, slope, steps=20):
   """Event files as the learner writes them: perf/env_steps and
   episode/return at the same learner steps."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf
 
   writer = tf.summary.create_file_writer(str(logdir))
   with writer.as_default():
@@ -75,7 +75,7 @@ def test_plot_curves_draws_groups_from_several_logdirs(tmp_path):
     timeout=120,
   )
   assert proc.returncode == 0, proc.stderr[-2000:]
-  import matplotlib.image  # pylint: disable=import-outside-toplevel
+  import matplotlib.image
 
   image = matplotlib.image.imread(out)
   assert image.shape[0] > 300 and image.shape[1] > 1000  # two panels

@@ -436,7 +436,7 @@ def test_train_step_finite_and_updates_priorities(extra):
   assert int(agent.step_counter.numpy()) == 1
   if agent.config.prioritized:
     # Inserted at priority 1 (^alpha = 1); sampled ones now hold |td| + eps.
-    tree = agent.replay._tree  # pylint: disable=protected-access
+    tree = agent.replay._tree
     assert np.sum(tree.get(np.arange(24)) != 1.0) >= 1
 
 
@@ -452,7 +452,7 @@ def test_priorities_equal_abs_td_error():
 
   agent.replay.update_priorities = spy
   agent.train_step()
-  tree = agent.replay._tree  # pylint: disable=protected-access
+  tree = agent.replay._tree
   slots = recorded["keys"] % agent.replay.capacity
   np.testing.assert_allclose(tree.get(slots), recorded["priorities"])
   assert np.all(recorded["priorities"] > 0)
@@ -625,7 +625,7 @@ def test_atari_frames_stored_once_through_the_agent():
   unroll.observation = obs  # _unroll casts to float32; keep the frames
   for _ in range(3):
     agent.add_unrolls(unroll)
-  stored = agent.replay._storage  # pylint: disable=protected-access
+  stored = agent.replay._storage
   assert "observation" not in stored and "block" in stored
   metrics = agent.train_step()
   assert np.isfinite(metrics["loss/td"])

@@ -259,9 +259,8 @@ def test_forged_reports_do_not_reach_the_statistics(capsys):
   assert learner.episodes.episodes == 480
   assert learner.episodes.full_window()
   assert learner.episodes.recent_mean() == 1.0
-  learner._start = 0.0
-  assert learner._stop_reason(1.0) is None  # not "target reached"
-  assert learner.solved_at_s is None
+  assert learner.stop_rules.reason(1.0, learner.counters()) is None
+  assert learner.stop_rules.solved_at_s is None  # not "target reached"
   assert learner.episodes.drain() == {
     "episode/return": 1.0,
     "episode/length": 1.0,
@@ -319,10 +318,7 @@ def test_the_report_scalars_carry_the_integrity_counters():
   learner._infer([_batch([0], 5, 0.0)])
   learner._infer([_batch([0], 5, 1.0, [1], (9.0, 9))])
   learner._infer([_batch([0], 7, 0.0, [1], (1.0, 1))])  # a restart
-  learner._start = learner._last_log = 0.0
-  learner._last = {"env_steps": 0, "batches": 0, "envs": 0}
-  learner._last.update(act=0.0, infer=0.0)
-  scalars, _ = learner._interval_scalars(1.0, 0)
+  scalars = learner.reporter.interval_scalars(1.0, learner.counters())
   assert scalars["integrity/episode_stat_mismatches"] == 1
   assert scalars["integrity/uncounted_episodes"] == 1
   assert scalars["episode/return"] == 1.0

@@ -105,7 +105,7 @@ def test_evaluate_prints_json_and_writes_video(tmp_path):
 
 
 def test_missing_video_extra_is_named(tmp_path, monkeypatch):
-  from seed_rl import evaluate  # pylint: disable=g-import-not-at-top
+  from seed_rl import evaluate
 
   monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)
   with pytest.raises(RuntimeError, match=r"pip install -e '\.\[video\]'"):
@@ -115,8 +115,8 @@ def test_missing_video_extra_is_named(tmp_path, monkeypatch):
 def test_image_observations_are_recognised_by_their_spec():
   """Specs hold dtypes by name ('uint8'): a frame observation can be shown
   in a video when the environment cannot render."""
-  from seed_rl import evaluate  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.specs import ArraySpec  # pylint: disable=g-import-not-at-top
+  from seed_rl import evaluate
+  from seed_rl.common.specs import ArraySpec
 
   assert evaluate.is_image(ArraySpec((84, 84), "uint8"))
   assert evaluate.is_image(ArraySpec((84, 84, 1), np.uint8))

@@ -60,8 +60,8 @@ def _progress(learner):
 
 def _scalars(logdir, tag):
   """The values TensorBoard holds for `tag`, in step order."""
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
-  from tensorboard.util import tensor_util  # pylint: disable=g-import-not-at-top
+  from tensorboard.backend.event_processing import event_accumulator
+  from tensorboard.util import tensor_util
 
   acc = event_accumulator.EventAccumulator(str(logdir))
   acc.Reload()

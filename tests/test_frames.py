@@ -111,8 +111,8 @@ def test_transition_replay_stores_frames_once_and_rebuilds_the_same_items():
     # Step 0's flags describe the previous unroll's last transition; keep
     # them out so the stacks follow the runtime's layout.
     assert once.add(unroll) == whole.add(unroll) == 21
-  stored = once.replay._storage  # pylint: disable=protected-access
-  plain = whole.replay._storage  # pylint: disable=protected-access
+  stored = once.replay._storage
+  plain = whole.replay._storage
   assert "observation" not in stored and "block" in stored
   assert once.frames is not None
   for name, step in (

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl.agents.ppo import gae as gae_lib
+from seed_rl.agents import gae as gae_lib
 
 
 def reference_gae(

@@ -729,7 +729,7 @@ def test_client_waits_for_learner_and_survives_restart():
     result.clear()
     try:
       result["actions"] = client.step(batch)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       result["error"] = e
 
   # The learner is not up yet: the first step keeps saying Hello.
@@ -898,8 +898,8 @@ def test_batch_resent_after_a_reconnect_is_not_stored_twice(stub, handler):
 def test_completions_wake_the_loop_once_per_burst():
   """The inference thread answers a batch's requests in a row: the loop is
   woken once for all of them, and a cancelled call's future is skipped."""
-  import asyncio  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc.servicer import _Completions  # pylint: disable=g-import-not-at-top
+  import asyncio
+  from seed_rl.grpc.servicer import _Completions
 
   async def scenario():
     loop = asyncio.get_running_loop()

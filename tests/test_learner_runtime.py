@@ -198,12 +198,12 @@ def test_several_actor_batches_split_actions_back_in_order():
 
 def test_packed_four_frame_stack_matches_the_generic_stack():
   """The uint32 fast path for 4 uint8 frames equals plain channel stacking."""
-  from seed_rl.common.env_state import EnvStateTable  # pylint: disable=g-import-not-at-top
+  from seed_rl.common.env_state import EnvStateTable
 
   spec = ArraySpec((3, 5), "uint8")
   act = ArraySpec((), "int32", num_values=2)
   fast = EnvStateTable(4, spec, act, lambda n: (), frame_stack=4)
-  assert fast._packed  # pylint: disable=protected-access
+  assert fast._packed
   rng = np.random.default_rng(0)
   history = {e: [np.zeros((3, 5), np.uint8)] * 4 for e in range(4)}
   for t in range(12):
@@ -221,7 +221,7 @@ def test_packed_four_frame_stack_matches_the_generic_stack():
 
 
 def test_profiler_counts_sections_and_ticks_only_when_given():
-  from seed_rl.common import profiling  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import profiling
 
   learner, _ = _learner()
   assert learner.profiler is profiling.NULL_PROFILER  # the default: nothing

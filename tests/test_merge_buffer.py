@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from seed_rl.common.learner import _MergeBuffer
+from seed_rl.common.batches import MergeBuffer
 
 
 def _parts(value, n=3):
@@ -10,7 +10,7 @@ def _parts(value, n=3):
 
 
 def test_buffer_is_reused_when_free():
-  merge = _MergeBuffer()
+  merge = MergeBuffer()
   first = merge.concatenate(_parts(1))
   address = first.__array_interface__["data"][0]
   del first
@@ -21,7 +21,7 @@ def test_buffer_is_reused_when_free():
 
 
 def test_held_merge_is_never_overwritten():
-  merge = _MergeBuffer()
+  merge = MergeBuffer()
   held = merge.concatenate(_parts(1))
   view = held[1:]  # a view held elsewhere keeps the buffer too
   del held
@@ -31,7 +31,7 @@ def test_held_merge_is_never_overwritten():
 
 
 def test_grows_and_follows_shape_and_dtype():
-  merge = _MergeBuffer()
+  merge = MergeBuffer()
   small = merge.concatenate(_parts(1, n=1))
   del small
   big = merge.concatenate(_parts(2, n=5))

@@ -1,20 +1,17 @@
 """The progress line's goal part: percent done and ETA toward the nearest
 stop condition, and the best mean return against a target."""
 
-import types
-
-import pytest
-
-pytest.importorskip("tensorflow")
-
-from seed_rl.common.learner import Learner, LearnerConfig  # noqa: E402
+from seed_rl.common import metrics as metrics_lib
+from seed_rl.common.learner_config import LearnerConfig
+from seed_rl.common.reporting import Counters, Reporter
 
 
 def _goal(config, elapsed, env_steps, learner_steps, best=None, start=(0, 0)):
-  state = types.SimpleNamespace(
-    config=config, env_steps=env_steps, _start_steps=start, best_return=best
-  )
-  return Learner._goal(state, elapsed, learner_steps)
+  reporter = Reporter(config, metrics_lib.EpisodeTracker())
+  reporter.start(0.0, Counters(env_steps=start[0], learner_steps=start[1]))
+  reporter.best_return = best
+  counters = Counters(env_steps=env_steps, learner_steps=learner_steps)
+  return reporter.goal(elapsed, counters)
 
 
 def test_env_steps_percent_and_eta():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl.agents.r2d2 import exploration
+from seed_rl.agents import exploration
 from seed_rl.common import frames as frames_lib
 from seed_rl.common import q_learning
 from seed_rl.agents.r2d2 import loss as loss_lib
@@ -653,7 +653,7 @@ def test_config_validation_messages():
 
 @pytest.mark.parametrize("domain", ["classic", "atari"])
 def test_gin_files_parse(domain):
-  import importlib  # pylint: disable=import-outside-toplevel
+  import importlib
 
   for module in (
     "seed_rl.common.learner",

@@ -198,7 +198,7 @@ def test_new_items_get_max_priority():
   replay.insert(_items(1, 1), np.array([5.0]))
   replay.insert(_items(2, 1))  # gets max so far, 5.0
   assert replay.max_priority == 5.0
-  tree = replay._tree  # pylint: disable=protected-access
+  tree = replay._tree
   np.testing.assert_allclose(tree.get(np.arange(3)), [1.0, 5.0, 5.0])
 
 
@@ -212,7 +212,7 @@ def test_update_priorities_changes_sampling_and_ignores_stale_keys():
   replay.update_priorities(
     np.array([key_of[0], key_of[1], key_of[2]]), np.array([9.0, 0.5, 0.5])
   )
-  tree = replay._tree  # pylint: disable=protected-access
+  tree = replay._tree
   np.testing.assert_allclose(tree.get(np.arange(3)), [9.0, 0.5, 0.5])
   # Overwrite slot of item 0 (FIFO: the oldest), then send a stale update.
   replay.insert(_items(10, 1), np.array([2.0]))
@@ -249,7 +249,7 @@ def test_concurrent_insert_and_sample():
     try:
       for i in range(300):
         replay.insert(_items(8 + 4 * i, 4), np.full(4, 1.0 + i % 3))
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       errors.append(e)
 
   thread = threading.Thread(target=inserter)

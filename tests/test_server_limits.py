@@ -72,7 +72,7 @@ def _never(done=None):
   _IDLE.append(done)
   done.wait()
   return
-  yield  # pylint: disable=unreachable
+  yield  # unreachable: makes _never a generator
 
 
 _IDLE: list = []
@@ -213,8 +213,8 @@ def test_idle_calls_are_capped_and_the_oldest_evicted():
 
 
 def test_admission_evicts_the_oldest_call_of_the_busiest_host():
-  import asyncio  # pylint: disable=g-import-not-at-top
-  from seed_rl.grpc.servicer import _Admission, _peer_host  # pylint: disable=g-import-not-at-top
+  import asyncio
+  from seed_rl.grpc.servicer import _Admission, _peer_host
 
   admission = _Admission(max_pending=5, max_per_peer=3)
 
@@ -312,12 +312,12 @@ def test_message_larger_than_the_session_allows_is_refused():
 def test_launcher_keeps_the_silence_deadline_above_the_env_step_limit(
   capsys,
 ):
-  from seed_rl import train  # pylint: disable=g-import-not-at-top
+  from seed_rl import train
 
   def learner_flags(*argv):
     args, extra = train._parse_args(["classic", "vtrace", *argv])
     learner = train._commands(args, extra, [], "localhost:1")[0][1]
-    return learner[learner.index("--seed") + 2 :]
+    return learner[learner.index("--machine_profile") + 2 :]
 
   assert learner_flags() == []
   assert learner_flags("--env_step_timeout_s", "5") == [
@@ -355,7 +355,7 @@ def _rss_mib(pid: int) -> float:
 
 
 def _plain_cartpole_batch(ids, rng):
-  from seed_rl.common.specs import StepBatch  # pylint: disable=g-import-not-at-top
+  from seed_rl.common.specs import StepBatch
 
   return StepBatch(
     env_ids=np.asarray(ids, np.int32),

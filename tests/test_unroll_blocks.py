@@ -195,7 +195,7 @@ def test_learner_stacks_match_frame_history_and_stay_unchanged():
       history = list(blank) if ended[i] else frames[e]
       frames[e] = history[1:] + [obs[i]]
       expected.append(np.stack(frames[e], -1))
-    learner._infer(  # pylint: disable=protected-access
+    learner._infer(
       [
         StepBatch(
           env_ids=ids,

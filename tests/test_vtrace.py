@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from seed_rl.agents import episode_ends
 from seed_rl.agents.vtrace import loss as loss_lib
 from seed_rl.agents.vtrace import vtrace
 from seed_rl.common import distributions
@@ -207,7 +208,7 @@ def transition_targets(
   **clips,
 ):
   """Implementation path: raw flags -> transition_inputs -> vtrace_targets."""
-  discounts, next_values, trace_mask = loss_lib.transition_inputs(
+  discounts, next_values, trace_mask = episode_ends.transition_inputs(
     tf.constant(values, tf.float32),
     tf.constant(terminated),
     tf.constant(truncated),
@@ -491,18 +492,3 @@ def test_loss_value_and_gradient_direction_hand_built():
   assert grad_baseline[0, 0] < 0
   np.testing.assert_allclose(grad_logits[1], 0.0)
   np.testing.assert_allclose(grad_baseline[1], 0.0)
-
-
-def test_reward_clipping():
-  rewards = np.array([-20.0, -1.5, -0.3, 0.0, 0.4, 2.0, 30.0], np.float32)
-  np.testing.assert_allclose(loss_lib.clip_rewards(rewards, "none"), rewards)
-  np.testing.assert_allclose(
-    loss_lib.clip_rewards(rewards, "abs_one"), np.clip(rewards, -1, 1)
-  )
-  squeezed = np.tanh(rewards / 5.0)
-  expected = np.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
-  np.testing.assert_allclose(
-    loss_lib.clip_rewards(rewards, "soft_asymmetric"), expected, rtol=1e-6
-  )
-  with pytest.raises(ValueError, match="allowed: 'none'"):
-    loss_lib.clip_rewards(rewards, "sign")

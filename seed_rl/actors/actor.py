@@ -78,7 +78,7 @@ def check_actions(actions: Any, spec: ArraySpec, num_envs: int) -> None:
       )
 
 
-def run_actor(
+def run_actor(  # noqa: PLR0913 (the entry point's collaborators and limits)
   server_address: str,
   actor_id: int,
   num_envs: int,
@@ -129,7 +129,7 @@ def run_actor(
   client_factory = client_factory or ActorClient
   try:
     env = env_factory(num_envs, seed + actor_id * num_envs)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     raise EnvConfigError(f"{type(e).__name__}: {e}") from e
   client = None
   try:
@@ -223,8 +223,14 @@ def _loop(
       final_observation=result.final_observation,
       episode_return=episode_return,
       episode_length=episode_length,
+      life_lost=_any_or_none(result.life_lost),
     )
   return stats.summary()
+
+
+def _any_or_none(flags: Optional[np.ndarray]) -> Optional[np.ndarray]:
+  """`flags` when any is set, else None (the field is then not sent)."""
+  return flags if flags is not None and flags.any() else None
 
 
 def _env_ids(client, actor_id: int, k: int) -> np.ndarray:

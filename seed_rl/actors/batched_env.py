@@ -37,6 +37,8 @@ class StepResult:
       reported as terminated, since no bootstrapping is needed.
     final_observation: [E, *obs_shape] last observation of each truncated
       episode, in increasing env order (E = sum(truncated)).
+    life_lost: bool [K] the env lost a life and its game goes on (never set
+      with an end flag); None for envs without lives.
   """
 
   observation: np.ndarray
@@ -44,6 +46,7 @@ class StepResult:
   terminated: np.ndarray
   truncated: np.ndarray
   final_observation: np.ndarray
+  life_lost: Optional[np.ndarray] = None
 
 
 class BatchedEnv(abc.ABC):

@@ -28,10 +28,12 @@ from typing import Any, Dict, List, Optional
 
 import gin
 
+from seed_rl import profiles
 from seed_rl import registry
 from seed_rl.actors.actor import EnvConfigError, run_actor
 from seed_rl.actors.subprocess_env import EnvWorkerError
 from seed_rl.cluster import cluster_spec
+from seed_rl.cluster import tuning
 from seed_rl.grpc import security
 from seed_rl.grpc.client import ActorClient
 from seed_rl.grpc.client import AuthenticationError
@@ -67,7 +69,15 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
   _add_placement_flags(parser)
   _add_connection_flags(parser)
   _add_run_flags(parser)
+  argv = list(sys.argv[1:] if argv is None else argv)
+  try:
+    # A tuning trial's parameters (`--hp_...`, seed_rl/cluster/tuning.py):
+    # gin bindings, skipped where they name no configurable of the actor.
+    argv, tuned = tuning.extract_hyperparameters(argv)
+  except ValueError as e:
+    parser.error(str(e))
   args = parser.parse_args(argv)
+  args.gin_bindings += tuned
   try:
     registry.check_env(args.env)
     args.actor_id = cluster_spec.resolve_actor_id(args.actor_id)
@@ -80,6 +90,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.error(f"--num_envs must be >= 1, got {args.num_envs}")
   if args.actor_id < 0:
     parser.error(f"--actor_id must be >= 0, got {args.actor_id}")
+  try:
+    args.machine_profile = profiles.resolve(args.machine_profile)
+  except ValueError as e:
+    parser.error(f"--machine_profile: {e}")
   return args
 
 
@@ -151,6 +165,7 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     default=0,
     help="run seed; env i of actor I gets seed + I*K + i",
   )
+  profiles.add_flag(parser)
   parser.add_argument(
     "--gin_config",
     action="append",
@@ -233,7 +248,9 @@ def _configure(args: argparse.Namespace):
   # the registry is the learner's, so a domain added there works here too.
   create_environment = registry.env_module(args.env).create_environment
   gin.parse_config_files_and_bindings(
-    args.gin_config, args.gin_bindings, skip_unknown=True
+    profiles.gin_files(args.machine_profile, args.env) + args.gin_config,
+    args.gin_bindings,
+    skip_unknown=True,
   )
   if "tensorflow" in sys.modules:
     logging.warning(

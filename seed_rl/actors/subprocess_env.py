@@ -104,7 +104,7 @@ def _views(buffer, layout) -> Dict[str, np.ndarray]:
 def _die_with_parent() -> None:
   if sys.platform.startswith("linux"):
     try:
-      import ctypes  # pylint: disable=g-import-not-at-top
+      import ctypes
 
       pr_set_pdeathsig = 1
       ctypes.CDLL(None, use_errno=True).prctl(
@@ -138,7 +138,7 @@ def _worker_main(
       for index in range(first_index, first_index + len(seeds)):  # noqa: B007
         runners.append(EnvRunner(env_fn()))
       check_same_specs(runners, f"worker envs {first_index}+")
-    except Exception:  # pylint: disable=broad-except
+    except Exception:
       conn.send_bytes(_error_message(index, "construction"))
       return
     conn.send_bytes(
@@ -166,7 +166,7 @@ def _worker_main(
     for runner in runners:
       try:
         runner.close()
-      except Exception:  # pylint: disable=broad-except
+      except Exception:
         pass
     if shm is not None:
       shm.close()  # _serve returned, so no array views are left
@@ -214,7 +214,7 @@ def _serve(
         seeded = True
       else:
         raise ValueError(f"unknown worker command {command!r}")
-    except Exception:  # pylint: disable=broad-except
+    except Exception:
       conn.send_bytes(_error_message(index, phase))
       continue
     conn.send_bytes(_OK)

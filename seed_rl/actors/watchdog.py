@@ -66,7 +66,7 @@ class _Guard:
     self._watchdog = watchdog
 
   def __enter__(self):
-    self._watchdog._started = time.monotonic()  # pylint: disable=protected-access
+    self._watchdog._started = time.monotonic()
 
   def __exit__(self, *exc):
-    self._watchdog._started = None  # pylint: disable=protected-access
+    self._watchdog._started = None

@@ -1,5 +1,6 @@
 """What the transition-replay agents share: `transition_replay` (DQN, SAC,
-TD3/DDPG) and `OffPolicyAgent` (the continuous-control ones, SAC and TD3).
+TD3/DDPG), and `OffPolicyAgent` with `check_off_policy`, the checks of its
+config fields (the continuous-control ones, SAC and TD3).
 
 SAC and TD3 keep n-step transitions in uniform replay behind the rate limiter
 (seed_rl.common.transitions), act uniformly at random over the action Box
@@ -40,6 +41,7 @@ import tensorflow as tf
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.common import agent_api
+from seed_rl.common import config_checks as checks
 from seed_rl.common import devices
 from seed_rl.common import diagnostics
 from seed_rl.common import optimizers
@@ -70,6 +72,57 @@ def transition_replay(
   )
 
 
+def check_off_policy(config) -> None:
+  """Checks the config fields SAC and TD3 share (SACConfig, TD3Config):
+  data/replay, discount, tau, optimizer and torso."""
+  checks.positive_ints(
+    config,
+    "unroll_length",
+    "batch_size",
+    "replay_capacity",
+    "min_replay_size",
+    "n_step",
+    "policy_delay",
+  )
+  if config.unroll_length < config.n_step:
+    checks.fail(
+      config,
+      f"unroll_length ({config.unroll_length}) must be >= n_step "
+      f"({config.n_step}): an unroll of unroll_length + 1 steps overlapping "
+      f"the previous one by n_step steps would hold no new transition",
+    )
+  checks.min_replay_size(config)
+  if config.min_replay_size < config.batch_size:
+    checks.fail(
+      config,
+      f"min_replay_size ({config.min_replay_size}) must be >= batch_size "
+      f"({config.batch_size}) so the first batch is not mostly duplicates",
+    )
+  checks.positive(config, "samples_per_insert", why="0 would never train")
+  checks.rate_limiter_error_buffer(config, config.rate_limiter_error_buffer)
+  if isinstance(config.random_steps, bool) or not (
+    isinstance(config.random_steps, int) and config.random_steps >= 0
+  ):
+    checks.fail(
+      config,
+      f"random_steps must be an integer >= 0 (env steps), got "
+      f"{config.random_steps!r}",
+    )
+  checks.discount(config)
+  if not 0 < config.tau <= 1:
+    checks.fail(
+      config,
+      f"tau must be in (0, 1] (1 copies the online weights each update, 0 "
+      f"never moves the targets), got {config.tau}",
+    )
+  checks.positive(config, "learning_rate")
+  if config.actor_learning_rate is not None:
+    checks.positive(config, "actor_learning_rate")
+  checks.optimizer_epsilon(config, "optimizer_epsilon")
+  checks.max_grad_norm(config)
+  checks.torso_factory(config)
+
+
 def make_generator(seed: Optional[int], stream: int) -> tf.random.Generator:
   """A TF generator per thread (inference, training) so the two never share
   one state; None seeds from the OS."""
@@ -81,14 +134,15 @@ def make_generator(seed: Optional[int], stream: int) -> tf.random.Generator:
 class OffPolicyAgent(Agent):
   """Replay, random phase, acting and the learner step of SAC and TD3.
 
-  Subclasses set `config`, `box` (networks.BoxScaling), `action_size`,
+  Subclasses set `config`, `box` (continuous.BoxScaling), `action_size`,
   call `_init_placement(config_name)`, then inside `_training_scope()` set
   `_critics` and `_target_critics`, `_critic_variables` (theirs, trained by
   `_critic_optimizer`), `_optimizers` (every optimizer, the critics' first),
   then call `_init_replay(num_envs)` (outside that scope), and build
   `_act_fn` (acting inside `_inference_scope()`) and `_train_fns` ({True:
   with the actor update, False: critics only}, each step inside
-  `_training_scope()`) from the pieces below.
+  `_training_scope()`) from the pieces below; `_greedy_action` gives the
+  exported (greedy) policy.
   """
 
   config: Any
@@ -209,6 +263,21 @@ class OffPolicyAgent(Agent):
       step, items["policy_version"]
     )
     return result
+
+  def greedy_policy(self) -> Tuple[agent_api.GreedyStep, bool]:
+    """`_greedy_action` (SAC: the tanh of the mean; TD3: the actor) mapped
+    into the Box, as `act` for evaluation rows."""
+    greedy, box = self._greedy_action, self.box
+
+    def step(observation, prev_action, reward, done, core):
+      del prev_action, reward, done
+      return box.to_env_tensor(greedy(observation)), core
+
+    return step, False
+
+  def _greedy_action(self, observation: tf.Tensor) -> tf.Tensor:
+    """The deterministic action [B, A] in [-1, 1] (TensorFlow ops)."""
+    raise NotImplementedError
 
   def _checkpoint_critics(self) -> Dict[str, Any]:
     """Step, random-phase counter and every critic; replay contents are not

@@ -151,6 +151,20 @@ class RawActionAgent(QueueAgent):
       core_state=(),
     )
 
+  def greedy_policy(self) -> Tuple[agent_api.GreedyStep, bool]:
+    """The mode of the policy on `_preprocess`ed observations (PPO's
+    normalised ones): argmax of the logits, or the Gaussian mean clipped
+    or tanh-squashed into the Box, as `act` for evaluation rows."""
+    network, distribution = self._network, self._distribution
+    preprocess, action_dtype = self._preprocess, self.action_spec.dtype
+
+    def step(observation, prev_action, reward, done, core):
+      del prev_action, reward, done
+      params, _ = network(preprocess(observation))
+      return tf.cast(distribution.mode(params)[0], action_dtype), core
+
+    return step, False
+
   def _required_extras(self) -> Dict[str, Tuple[int, ...]]:
     """Extras an unroll must carry: the raw action for continuous actions."""
     return {RAW_ACTION: self.action_spec.shape} if self._continuous else {}

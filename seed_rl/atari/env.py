@@ -7,8 +7,10 @@ Preprocessing happens in ALE's C++ threads, following SEED RL's Atari setup
 (DQN-style, Mnih et al. 2015, as in gym's AtariPreprocessing): grayscale 84x84,
 frameskip 4 with max-pooling over the last two frames, up to 30 no-op starts,
 minimal action set, episodes capped at 108,000 frames (27,000 agent steps,
-reported as truncation), full episodes (no life-loss terminals), raw rewards
-(agents clip). Frame stacking is NOT done here: the learner stacks frames per
+reported as truncation), full episodes (no life-loss terminals: a lost life
+is only reported, in `StepResult.life_lost`, and the learner decides what
+it means, see LearnerConfig.terminal_on_life_loss), raw rewards (agents
+clip). Frame stacking is NOT done here: the learner stacks frames per
 env, so only one [84, 84] uint8 frame per step crosses the wire.
 
 The no-op start is in emulator frames (as gym's NoopResetEnv under a
@@ -51,6 +53,90 @@ def check_game(game: str) -> None:
     )
 
 
+def _check_arguments(
+  game: str,
+  num_envs: int,
+  noop_max: int,
+  repeat_action_probability: float,
+  max_num_frames_per_episode: int,
+  render_mode: Optional[str],
+) -> None:
+  """Raises ValueError naming the first AtariBatchedEnv argument out of
+  range."""
+  check_game(game)
+  if num_envs < 1:
+    raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+  if not 0.0 <= repeat_action_probability <= 1.0:
+    raise ValueError(
+      "repeat_action_probability must be in [0, 1], got "
+      f"{repeat_action_probability}"
+    )
+  if noop_max < 0 or max_num_frames_per_episode < 1:
+    raise ValueError(
+      f"noop_max must be >= 0 and max_num_frames_per_episode >= 1, got "
+      f"{noop_max} and {max_num_frames_per_episode}"
+    )
+  if render_mode not in (None, "rgb_array"):
+    raise ValueError(
+      f"render_mode={render_mode!r}; Atari envs render 'rgb_array' only"
+    )
+
+
+def _game_kwargs(
+  noop_max: int,
+  repeat_action_probability: float,
+  max_num_frames_per_episode: int,
+  use_fire_reset: bool,
+) -> Dict[str, Any]:
+  """AtariVectorEnv arguments that fix the game's dynamics (the env's and
+  its colour twin's alike)."""
+  return dict(
+    frameskip=FRAMESKIP,
+    noop_max=noop_max,
+    repeat_action_probability=repeat_action_probability,
+    max_num_frames_per_episode=max_num_frames_per_episode,
+    full_action_space=False,
+    episodic_life=False,
+    reward_clipping=False,
+    use_fire_reset=use_fire_reset,
+    autoreset_mode=AutoresetMode.SAME_STEP,
+  )
+
+
+def _agent_vector_env(
+  game: str, num_envs: int, num_threads: int, game_kwargs: Dict[str, Any]
+) -> ale_py.AtariVectorEnv:
+  """The K envs the agent sees: grayscale 84x84, max-pooled frames."""
+  return ale_py.AtariVectorEnv(
+    game,
+    num_envs,
+    num_threads=num_threads,
+    stack_num=1,
+    img_height=FRAME_SHAPE[0],
+    img_width=FRAME_SHAPE[1],
+    grayscale=True,
+    maxpool=True,
+    **game_kwargs,
+  )
+
+
+def _colour_twin(
+  game: str, game_kwargs: Dict[str, Any]
+) -> ale_py.AtariVectorEnv:
+  """One env playing env 0's game in colour at the native screen size."""
+  return ale_py.AtariVectorEnv(
+    game,
+    1,
+    num_threads=1,
+    stack_num=1,
+    img_height=SCREEN_SHAPE[0],
+    img_width=SCREEN_SHAPE[1],
+    grayscale=False,
+    maxpool=False,  # the screen as shown, not pooled colours
+    **game_kwargs,
+  )
+
+
 class AtariBatchedEnv(BatchedEnv):
   """K Atari games stepped by ale_py.AtariVectorEnv in C++ threads.
 
@@ -80,23 +166,14 @@ class AtariBatchedEnv(BatchedEnv):
     use_fire_reset: bool = False,
     render_mode: Optional[str] = None,
   ):
-    check_game(game)
-    if num_envs < 1:
-      raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    if not 0.0 <= repeat_action_probability <= 1.0:
-      raise ValueError(
-        "repeat_action_probability must be in [0, 1], got "
-        f"{repeat_action_probability}"
-      )
-    if noop_max < 0 or max_num_frames_per_episode < 1:
-      raise ValueError(
-        f"noop_max must be >= 0 and max_num_frames_per_episode >= 1, got "
-        f"{noop_max} and {max_num_frames_per_episode}"
-      )
-    if render_mode not in (None, "rgb_array"):
-      raise ValueError(
-        f"render_mode={render_mode!r}; Atari envs render 'rgb_array' only"
-      )
+    _check_arguments(
+      game,
+      num_envs,
+      noop_max,
+      repeat_action_probability,
+      max_num_frames_per_episode,
+      render_mode,
+    )
     if num_threads is None:
       num_threads = min(num_envs, os.cpu_count() or 1)
     self.num_envs = num_envs
@@ -112,43 +189,21 @@ class AtariBatchedEnv(BatchedEnv):
     }
     self._seed = seed
     self._seeded = False
+    self._lives: Optional[np.ndarray] = None  # int [K] after the last step
     # The game's dynamics; the twin (render) shares them.
-    game_kwargs: Dict[str, Any] = dict(
-      frameskip=FRAMESKIP,
-      noop_max=noop_max,
-      repeat_action_probability=repeat_action_probability,
-      max_num_frames_per_episode=max_num_frames_per_episode,
-      full_action_space=False,
-      episodic_life=False,
-      reward_clipping=False,
-      use_fire_reset=use_fire_reset,
-      autoreset_mode=AutoresetMode.SAME_STEP,
+    game_kwargs = _game_kwargs(
+      noop_max,
+      repeat_action_probability,
+      max_num_frames_per_episode,
+      use_fire_reset,
     )
-    self._env: Optional[ale_py.AtariVectorEnv] = ale_py.AtariVectorEnv(
-      game,
-      num_envs,
-      num_threads=num_threads,
-      stack_num=1,
-      img_height=FRAME_SHAPE[0],
-      img_width=FRAME_SHAPE[1],
-      grayscale=True,
-      maxpool=True,
-      **game_kwargs,
+    self._env: Optional[ale_py.AtariVectorEnv] = _agent_vector_env(
+      game, num_envs, num_threads, game_kwargs
     )
     self._twin: Optional[ale_py.AtariVectorEnv] = None
     self._screen: Optional[np.ndarray] = None
     if render_mode is not None:
-      self._twin = ale_py.AtariVectorEnv(
-        game,
-        1,
-        num_threads=1,
-        stack_num=1,
-        img_height=SCREEN_SHAPE[0],
-        img_width=SCREEN_SHAPE[1],
-        grayscale=False,
-        maxpool=False,  # the screen as shown, not pooled colours
-        **game_kwargs,
-      )
+      self._twin = _colour_twin(game, game_kwargs)
     self.observation_spec = ArraySpec(
       FRAME_SHAPE,
       "uint8",
@@ -169,7 +224,8 @@ class AtariBatchedEnv(BatchedEnv):
 
   def reset(self) -> np.ndarray:
     seed = None if self._seeded else self._seed
-    obs, _ = self._live_env().reset(seed=seed)
+    obs, info = self._live_env().reset(seed=seed)
+    self._lives = np.asarray(info["lives"])
     self._seeded = True
     if self._twin is not None:
       screen, _ = self._twin.reset(seed=seed)
@@ -188,8 +244,24 @@ class AtariBatchedEnv(BatchedEnv):
     else:
       final = np.zeros((0,) + FRAME_SHAPE, np.uint8)
     return StepResult(
-      self._frames(obs), reward.astype(np.float32), terminated, truncated, final
+      self._frames(obs),
+      reward.astype(np.float32),
+      terminated,
+      truncated,
+      final,
+      self._life_lost(info["lives"], terminated | truncated),
     )
+
+  def _life_lost(self, lives: np.ndarray, ended: np.ndarray) -> np.ndarray:
+    """bool [K]: a life lost in this step by a game that goes on. As
+    Baselines' EpisodicLifeEnv, a drop to 0 lives is not one: some games
+    (Q*bert) sit at 0 for a few frames before the game over, which is then
+    the episode's end. Ended envs' `lives` are already their next game's."""
+    lives = np.asarray(lives)
+    previous, self._lives = self._lives, lives
+    if previous is None:
+      return np.zeros(lives.shape, bool)
+    return (lives < previous) & (lives > 0) & ~ended
 
   def _step_twin(self, action, reward, terminated, truncated, info) -> None:
     """Steps the colour twin with env 0's action; raises if its game is not

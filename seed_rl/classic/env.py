@@ -96,14 +96,26 @@ def gym_batched_env(
   num_envs: int,
   seed: int,
   env_id: str,
-  max_episode_steps: Optional[int],
-  env_kwargs: Optional[Mapping[str, Any]],
-  parallel: str,
-  num_workers: Optional[int],
-  start_method: str,
+  max_episode_steps: Optional[int] = None,
+  env_kwargs: Optional[Mapping[str, Any]] = None,
+  parallel: str = "inline",
+  num_workers: Optional[int] = None,
+  start_method: str = "forkserver",
 ) -> BatchedEnv:
-  """The body of every gymnasium-backed domain factory (not gin-bound, so
-  one domain's bindings never leak into another's)."""
+  """K gymnasium envs behind BatchedEnv: the body of every gymnasium-backed
+  domain factory (not gin-bound, so one domain's bindings never leak into
+  another's), and a plugin domain's one-liner:
+  `gym_batched_env(num_envs, seed, "my_pkg.envs:MyEnv", env_kwargs={...})`.
+
+  Args:
+    env_id: a gymnasium id, or 'module:callable' returning a gymnasium.Env
+      or a dm_env.Environment.
+    max_episode_steps: a time limit (truncation) on top of the env's own.
+    env_kwargs: keyword arguments of the env's constructor.
+    parallel: 'inline' (all K in the actor's process) or 'subprocess'
+      (worker processes, for slow Python envs).
+    num_workers, start_method: the worker processes of 'subprocess'.
+  """
   check_env_id(env_id)
   env_fn = GymEnvFn(
     env_id, max_episode_steps, tuple(sorted((env_kwargs or {}).items()))

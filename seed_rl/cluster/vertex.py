@@ -7,6 +7,8 @@ r"""Vertex AI custom jobs: the learner in worker pool 0, N actors in pool 1.
       --accelerator_type NVIDIA_TESLA_A100 --accelerator_count 1 \
       --num_actors 32 --envs_per_actor 8 --actor_machine_type n2-standard-8 \
       [--gin_bindings B ...] [--gin_config F ...] [learner flags] [--dry_run]
+      [--tune --tune_param NAME=KIND:... ... [--max_trial_count 16]
+       [--parallel_trial_count 4]]  (seed_rl/cluster/tuning.py)
 
 (gcp/train_{atari,mujoco,classic}.sh call this with per-domain defaults.)
 The job spec is a plain dict in Vertex's REST/JSON form (a `CustomJob`);
@@ -51,6 +53,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from seed_rl import registry
 from seed_rl.cluster import cluster_spec
+from seed_rl.cluster import tuning
 from seed_rl.train import learner_run_flags
 
 LEARNER_CERT_NAME = "learner"  # the name scripts/make_certs.sh is given
@@ -121,9 +124,67 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument(
     "--dry_run",
     action="store_true",
-    help="print the CustomJob (JSON) instead of submitting it",
+    help="print the job (JSON) instead of submitting it",
   )
+  _add_tuning_flags(p)
   return p
+
+
+def _add_tuning_flags(p: argparse.ArgumentParser) -> None:
+  """--tune and the study's settings (seed_rl/cluster/tuning.py)."""
+  p.add_argument(
+    "--tune",
+    action="store_true",
+    help="a HyperparameterTuningJob whose trials are this custom job",
+  )
+  p.add_argument(
+    "--tune_param",
+    action="append",
+    default=[],
+    help="NAME=KIND:..., e.g. 'VtraceConfig.learning_rate=double:1e-4:1e-3:"
+    "log' (kinds: double, int, discrete, categorical; repeatable)",
+  )
+  p.add_argument(
+    "--tune_metric",
+    default="episode/return",
+    help="maximised: " + ", ".join(tuning.METRICS),
+  )
+  p.add_argument("--max_trial_count", type=int, default=16)
+  p.add_argument("--parallel_trial_count", type=int, default=4)
+  p.add_argument("--max_failed_trial_count", type=int, default=0)
+  p.add_argument(
+    "--tune_algorithm",
+    default="ALGORITHM_UNSPECIFIED",
+    choices=("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH"),
+    help="ALGORITHM_UNSPECIFIED: Vertex's default (Bayesian optimisation)",
+  )
+
+
+def build_tuning_job(
+  args: argparse.Namespace, learner_flags: Optional[List[str]] = None
+) -> Dict[str, Any]:
+  """The HyperparameterTuningJob (REST/JSON field names): the custom job
+  of `args` as each trial, its learner reporting `--tune_metric`."""
+  study = tuning.study_spec(
+    args.tune_param, args.tune_metric, args.tune_algorithm
+  )
+  if not 1 <= args.parallel_trial_count <= args.max_trial_count:
+    raise ValueError(
+      "need 1 <= --parallel_trial_count <= --max_trial_count, got "
+      f"{args.parallel_trial_count} and {args.max_trial_count}"
+    )
+  if args.max_failed_trial_count < 0:
+    raise ValueError("--max_failed_trial_count must be >= 0")
+  flags = list(learner_flags or []) + ["--hypertune_metric", args.tune_metric]
+  trial = build_job(args, flags)
+  return {
+    "displayName": trial["displayName"],
+    "studySpec": study,
+    "maxTrialCount": args.max_trial_count,
+    "parallelTrialCount": args.parallel_trial_count,
+    "maxFailedTrialCount": args.max_failed_trial_count,
+    "trialJobSpec": trial["jobSpec"],
+  }
 
 
 def build_job(
@@ -203,6 +264,8 @@ def _replica_args(
     args.env, args.agent, args.num_actors, args.envs_per_actor
   )
   learner_args += ["--server_address", f"[::]:{args.port}"]
+  # A cluster's machine settings, not the 2-core box's (seed_rl/profiles).
+  learner_args += ["--machine_profile", "cluster"]
   learner_args += ["--logdir", f"{bucket}/{display_name}"]
   actor_args = [
     "--env",
@@ -213,6 +276,8 @@ def _replica_args(
     str(args.envs_per_actor),
     "--server_address",
     f"{cluster_spec.FROM_CLUSTER_SPEC}:{args.port}",
+    "--machine_profile",
+    "cluster",
     "--gin_config",
     # The pair's gin file, relative to the image's working directory.
     os.path.relpath(
@@ -252,7 +317,8 @@ def _image(args: argparse.Namespace, role: str) -> str:
 
 
 def submit(job: Dict[str, Any], project: Optional[str], region: str) -> int:
-  """`gcloud ai custom-jobs create --config` with the job's CustomJobSpec."""
+  """`gcloud ai custom-jobs create --config` with the job's CustomJobSpec,
+  or `gcloud ai hp-tuning-jobs create` for a tuning job."""
   gcloud = shutil.which("gcloud")
   if not gcloud:
     print(
@@ -264,16 +330,26 @@ def submit(job: Dict[str, Any], project: Optional[str], region: str) -> int:
   with tempfile.NamedTemporaryFile(
     "w", suffix=".json", prefix="seed_rl_job_", delete=False
   ) as f:
-    json.dump(job["jobSpec"], f, indent=2)  # JSON is YAML, as --config wants
+    tune = "studySpec" in job
+    if tune:  # hp-tuning-jobs' --config: the job without its name
+      config = {k: v for k, v in job.items() if k != "displayName"}
+    else:
+      config = job["jobSpec"]
+    json.dump(config, f, indent=2)  # JSON is YAML, as --config wants
   cmd = [
     gcloud,
     "ai",
-    "custom-jobs",
+    "hp-tuning-jobs" if tune else "custom-jobs",
     "create",
     f"--region={region}",
     f"--display-name={job['displayName']}",
     f"--config={f.name}",
   ]
+  if tune:
+    cmd += [
+      f"--max-trial-count={job['maxTrialCount']}",
+      f"--parallel-trial-count={job['parallelTrialCount']}",
+    ]
   if project:
     cmd.append(f"--project={project}")
   print("[vertex] " + " ".join(cmd), flush=True)
@@ -285,8 +361,12 @@ def submit(job: Dict[str, Any], project: Optional[str], region: str) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
   args, learner_flags = build_parser().parse_known_args(argv)
+  if args.tune_param and not args.tune:
+    print("error: --tune_param needs --tune", file=sys.stderr)
+    return 2
   try:
-    job = build_job(args, learner_flags)
+    build = build_tuning_job if args.tune else build_job
+    job = build(args, learner_flags)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

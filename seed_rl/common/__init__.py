@@ -13,6 +13,7 @@ tests/test_actor_no_tf.py holds both rules.
 TF_FREE = (
   "agent_api",
   "batcher",
+  "batches",
   "config_checks",
   "env_state",
   "episode_stats",
@@ -22,6 +23,7 @@ TF_FREE = (
   "learner_config",
   "metrics",
   "profiling",
+  "reporting",
   "replay",
   "schedules",
   "specs",

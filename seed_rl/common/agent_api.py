@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from seed_rl.common.specs import ArraySpec
 
 CoreState = Tuple[np.ndarray, ...]  # each [B, ...]; () for feed-forward agents
+
+# The step of an agent's greedy policy (Agent.greedy_policy): TensorFlow ops
+# (observation, prev_action, reward, done, core) -> (action, core).
+GreedyStep = Callable[..., Tuple[Any, Tuple[Any, ...]]]
 
 
 @dataclasses.dataclass
@@ -168,6 +172,24 @@ class Agent(abc.ABC):
   def stop(self) -> None:  # noqa: B027 (a no-op unless the agent blocks)
     """Unblocks `train_step` and `add_unrolls` at shutdown."""
 
+  def greedy_policy(self) -> Tuple[GreedyStep, bool]:
+    """The deterministic policy `seed_rl.export` saves: (step, recurrent).
+
+    step(observation, prev_action, reward, done, core) -> (action, core)
+    runs TensorFlow ops (traced into the SavedModel) on [B, ...] tensors as
+    `act` gets them (frames stacked by the caller; prev_action, reward,
+    done and the tuple `core` as in ActInputs) and returns the action `act`
+    gives evaluation rows (`eval_mask`; with no exploration left, e.g.
+    R2D2's eval_epsilon), in the action spec's dtype, and the new core state (`core` unchanged for
+    feed-forward agents). `recurrent`: the step reads prev_action, reward,
+    done and core (the export then carries them as state). Optional: an
+    agent without it trains and evaluates but cannot be exported.
+    """
+    raise NotImplementedError(
+      f"{type(self).__name__} does not implement greedy_policy(self) -> "
+      "(step, recurrent) (seed_rl/common/agent_api.py)"
+    )
+
 
 # ---- helpers shared by agents (NumPy only, like the rest of this module) ---
 
@@ -251,38 +273,61 @@ def check_unroll(
       feed-forward agents.
   """
   b, t1 = unroll.batch_size, unroll_length + 1
+  _check_unroll_steps(unroll, b, t1, observation_spec, action_spec)
+  _check_action_range(unroll, action_spec)
+  _check_unroll_extras(unroll, b, t1, required_extras or {})
+  _check_unroll_core_state(unroll, b, t1, core_state_shapes)
 
-  def check(name, array, shape, dtype=None):
-    array = np.asarray(array)
-    if tuple(array.shape) != tuple(shape):
-      raise ValueError(
-        f"Unroll.{name}: shape {list(array.shape)}, expected "
-        f"{list(shape)} (batch {b}, unroll_length + 1 = {t1})"
-      )
-    if dtype is not None and array.dtype != np.dtype(dtype):
-      raise ValueError(
-        f"Unroll.{name}: dtype {array.dtype.name}, expected "
-        f"{np.dtype(dtype).name}"
-      )
 
-  check("env_ids", unroll.env_ids, (b,))
-  check(
+def _check_unroll_field(name, array, shape, b, t1, dtype=None) -> None:
+  """Raises ValueError unless Unroll.`name` has `shape` (and `dtype`)."""
+  array = np.asarray(array)
+  if tuple(array.shape) != tuple(shape):
+    raise ValueError(
+      f"Unroll.{name}: shape {list(array.shape)}, expected "
+      f"{list(shape)} (batch {b}, unroll_length + 1 = {t1})"
+    )
+  if dtype is not None and array.dtype != np.dtype(dtype):
+    raise ValueError(
+      f"Unroll.{name}: dtype {array.dtype.name}, expected "
+      f"{np.dtype(dtype).name}"
+    )
+
+
+def _check_unroll_steps(
+  unroll: Unroll,
+  b: int,
+  t1: int,
+  observation_spec: ArraySpec,
+  action_spec: ArraySpec,
+) -> None:
+  """env_ids [B] and the per-step fields [B, T+1, ...] of the dataclass."""
+  _check_unroll_field("env_ids", unroll.env_ids, (b,), b, t1)
+  _check_unroll_field(
     "observation",
     unroll.observation,
     (b, t1) + observation_spec.shape,
+    b,
+    t1,
     observation_spec.dtype,
   )
   for name in ("prev_action", "action"):
-    check(
+    _check_unroll_field(
       name,
       getattr(unroll, name),
       (b, t1) + action_spec.shape,
+      b,
+      t1,
       action_spec.dtype,
     )
   for name in ("reward", "bootstrap_value", "value", "policy_version"):
-    check(name, getattr(unroll, name), (b, t1))
+    _check_unroll_field(name, getattr(unroll, name), (b, t1), b, t1)
   for name in ("terminated", "truncated"):
-    check(name, getattr(unroll, name), (b, t1), np.bool_)
+    _check_unroll_field(name, getattr(unroll, name), (b, t1), b, t1, np.bool_)
+
+
+def _check_action_range(unroll: Unroll, action_spec: ArraySpec) -> None:
+  """Discrete actions lie in [0, num_values)."""
   action = np.asarray(unroll.action)
   if (
     action_spec.is_discrete
@@ -294,20 +339,37 @@ def check_unroll(
       f"{action_spec.num_values}), got range [{action.min()}, "
       f"{action.max()}]"
     )
-  for name, shape in (required_extras or {}).items():
+
+
+def _check_unroll_extras(
+  unroll: Unroll,
+  b: int,
+  t1: int,
+  required_extras: Mapping[str, Tuple[int, ...]],
+) -> None:
+  """Each required extra is present, [B, T+1, *shape]."""
+  for name, shape in required_extras.items():
     if name not in unroll.extras:
       raise ValueError(
         f"Unroll.extras lacks {name!r} (stored by the agent's "
         f"act()); has {sorted(unroll.extras)}"
       )
-    check(f"extras[{name!r}]", unroll.extras[name], (b, t1) + tuple(shape))
+    _check_unroll_field(
+      f"extras[{name!r}]", unroll.extras[name], (b, t1) + tuple(shape), b, t1
+    )
+
+
+def _check_unroll_core_state(
+  unroll: Unroll, b: int, t1: int, core_state_shapes: Sequence[Tuple[int, ...]]
+) -> None:
+  """As many core_state arrays as shapes, each [B, *shape]."""
   if len(unroll.core_state) != len(core_state_shapes):
     raise ValueError(
       f"Unroll.core_state has {len(unroll.core_state)} "
       f"arrays, expected {len(core_state_shapes)}"
     )
   for i, (state, shape) in enumerate(zip(unroll.core_state, core_state_shapes)):
-    check(f"core_state[{i}]", state, (b,) + tuple(shape))
+    _check_unroll_field(f"core_state[{i}]", state, (b,) + tuple(shape), b, t1)
 
 
 # train_step may return this metric: how many transitions the step trained

@@ -174,7 +174,7 @@ class DynamicBatcher(Generic[Request, Result]):
             f"batch function returned {len(results)} results "
             f"for {len(slots)} requests"
           )
-      except BaseException as e:  # pylint: disable=broad-except
+      except BaseException as e:
         error, results = e, [None] * len(slots)
       self.batches_run += 1
       self.requests_served += len(slots)
@@ -198,5 +198,5 @@ def _notify(slot: _Slot, result, error: Optional[BaseException]) -> None:
   """Calls the slot's on_done; a failing callback must not stop batching."""
   try:
     slot.on_done(result, error)
-  except Exception:  # pylint: disable=broad-except
+  except Exception:
     logging.exception("DynamicBatcher: on_done callback failed")

@@ -11,11 +11,9 @@ always uses the latest weights; the gap is logged as `perf/policy_lag`.
 from __future__ import annotations
 
 import dataclasses
-import operator
-import sys
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -25,6 +23,12 @@ from seed_rl.common import metrics as metrics_lib
 from seed_rl.common import profiling
 from seed_rl.common.agent_api import ActInputs, Agent
 from seed_rl.common.batcher import BatcherStopped, DynamicBatcher
+from seed_rl.common.batches import (
+  MergeBuffer,
+  concat_inputs,
+  merge_batches,
+  split_actions,
+)
 from seed_rl.common.env_state import EnvIndex, EnvStateTable, env_index
 from seed_rl.common.errors import ServiceStopping
 from seed_rl.common.learner_config import (  # noqa: F401 (re-exported)
@@ -32,6 +36,7 @@ from seed_rl.common.learner_config import (  # noqa: F401 (re-exported)
   configure_tf_threads,
 )
 from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.common.reporting import Counters, Reporter, StopRules
 from seed_rl.common.throttle import Throttle
 from seed_rl.common.unroll_store import StepRecord, UnrollStore
 
@@ -68,6 +73,9 @@ class Learner:
     summary_writer=None,
     profiler: profiling.Profiler = profiling.NULL_PROFILER,
   ):
+    """Per-env state and unroll blocks for every env, the episode counts,
+    the reporter and stop rules, and the inference batcher (whose thread
+    starts here)."""
     self.agent = agent
     self.config = config or LearnerConfig()
     self.num_train_envs = num_train_envs
@@ -85,7 +93,6 @@ class Learner:
     )
     self.profiler = profiler
     self._checkpointer = checkpointer
-    self._writer = summary_writer
     self._metrics = metrics_lib.ScalarAccumulator()
     self._metrics_lock = threading.Lock()
     self._stop = threading.Event()
@@ -104,33 +111,36 @@ class Learner:
     self.episode_stat_mismatches = 0
     self.uncounted_episodes = 0
     self._mismatch_log = Throttle(MISMATCH_LOG_INTERVAL_S)
-    self._merge_buffer = _MergeBuffer()
+    self._merge_buffer = MergeBuffer()
     self._act_seconds = 0.0
     self._infer_seconds = 0.0
     self._samples_trained = 0.0  # transitions trained on (with reuse)
-    self.banner = ""  # appended to every progress line (e.g. a warning)
     # Unfinished unrolls of envs whose actor restarted (see _infer).
     self.discarded_partial_unrolls = 0
     # Set when training is over for good (not a restart): actors then exit.
     self.finished = False
     self.finish_on_stop_event = True
-    self.solved_at_s: Optional[float] = None  # seconds into run()
-    self.best_return: Optional[float] = None  # best mean of the last 100
-    batch_size = min(
-      self.config.inference_batch_size or self.num_envs, self.num_envs
+    # Console, TensorBoard and tuning-metric output; when to stop.
+    self.reporter = Reporter(
+      self.config, self.episodes, summary_writer, profiler
     )
-    # A run takes every pending request up to max_inference_batch_size:
-    # under load batches grow (cheaper per env) instead of queueing.
-    self._batcher = DynamicBatcher(
+    self.stop_rules = StopRules(self.config, self.episodes)
+    self._batcher = self._make_batcher()
+
+  def _make_batcher(self) -> DynamicBatcher:
+    """Inference once `inference_batch_size` envs wait (or the oldest has
+    waited `batch_timeout_ms`); a run takes every pending request up to
+    `max_inference_batch_size` envs, so under load batches grow (cheaper
+    per env) instead of queueing."""
+    cfg, num_envs = self.config, self.num_envs
+    batch_size = min(cfg.inference_batch_size or num_envs, num_envs)
+    return DynamicBatcher(
       self._infer,
       batch_size,
-      self.config.batch_timeout_ms / 1000.0,
+      cfg.batch_timeout_ms / 1000.0,
       size_fn=lambda b: b.num_envs,
       max_batch_size=max(
-        batch_size,
-        min(
-          self.config.max_inference_batch_size or self.num_envs, self.num_envs
-        ),
+        batch_size, min(cfg.max_inference_batch_size or num_envs, num_envs)
       ),
     )
 
@@ -171,11 +181,13 @@ class Learner:
     `batches`; returns each batch's actions [K_i, *action_shape]."""
     t0 = time.perf_counter()
     with self.profiler.section("inference"):
-      b = _merge_batches(batches, self._merge_buffer)
+      b = merge_batches(batches, self._merge_buffer)
       size = b.num_envs
       rows = env_index(b.env_ids)
       restarted = self._handle_restarts(b.env_ids, rows, b.run_ids)
       self._count_episodes(b, rows, restarted)
+      if b.life_lost is not None and self.config.terminal_on_life_loss:
+        b = self._life_losses_as_ends(b)
       inputs, slots = self._act_inputs(b, rows, restarted)
       out = self._act(inputs)
       action = np.asarray(out.action[:size], self.action_spec.dtype)
@@ -184,7 +196,7 @@ class Learner:
     self._infer_seconds += time.perf_counter() - t0
     if len(batches) == 1:
       return [action]
-    return _split_actions(action, batches)
+    return split_actions(action, batches)
 
   def _handle_restarts(
     self, env_ids: np.ndarray, rows: EnvIndex, run_ids: np.ndarray
@@ -207,6 +219,21 @@ class Learner:
         f"(new run ids): discarded {discarded} partial unrolls"
       )
     return restarted
+
+  def _life_losses_as_ends(self, b: StepBatch) -> StepBatch:
+    """`b` as the agent sees it under `terminal_on_life_loss`: a training
+    env's lost life terminates its agent episode (no value bootstrapped
+    across it; stacked frames, core state and previous action start over),
+    as Baselines' and CleanRL's EpisodicLifeEnv do. Called after the
+    episodes were counted, which go on over the whole game; eval envs play
+    whole games like seed_rl.evaluate."""
+    assert b.life_lost is not None
+    ends = b.life_lost & (b.env_ids < self.num_train_envs)
+    if not np.count_nonzero(ends):
+      return dataclasses.replace(b, life_lost=None)
+    return dataclasses.replace(
+      b, terminated=b.terminated | ends, life_lost=None
+    )
 
   def _act_inputs(
     self, b: StepBatch, rows: EnvIndex, restarted: Optional[np.ndarray]
@@ -244,7 +271,7 @@ class Learner:
       core_state=core,
       eval_mask=b.env_ids >= self.num_train_envs,
     )
-    return (inputs if final is None else _concat_inputs(inputs, final)), slots
+    return (inputs if final is None else concat_inputs(inputs, final)), slots
 
   def _final_inputs(self, b: StepBatch) -> Optional[ActInputs]:
     """Rows valuing the final observation of each truncated episode with the
@@ -428,13 +455,37 @@ class Learner:
         ):
           self._save()
           last_ckpt = time.monotonic()
-    except BaseException as e:  # pylint: disable=broad-except
+    except BaseException as e:
       self._train_error = e
       self._stop.set()
 
   def _save(self) -> None:
     if self._checkpointer:
       self._checkpointer.save(self.env_steps)
+
+  def counters(self) -> Counters:
+    """The runtime's cumulative counts, for reports and stop rules."""
+    with self._metrics_lock:
+      samples = self._samples_trained
+    return Counters(
+      env_steps=self.env_steps,
+      learner_steps=self._policy_version(),
+      batches=self._batcher.batches_run,
+      envs=self._batcher.envs_served,
+      act_s=self._act_seconds,
+      infer_s=self._infer_seconds,
+      samples=samples,
+      discarded_partial_unrolls=self.discarded_partial_unrolls,
+      episode_stat_mismatches=self.episode_stat_mismatches,
+      uncounted_episodes=self.uncounted_episodes,
+    )
+
+  def _report(self, now: float) -> None:
+    """One report (reporting.Reporter) of the interval since the last."""
+    with self._metrics_lock:
+      scalars = self._metrics.drain()
+    self.reporter.report(now, self.counters(), scalars)
+    self._last_log = now
 
   def run(self, stop_event: Optional[threading.Event] = None) -> str:
     """Trains until a stop condition; returns why it stopped.
@@ -450,14 +501,7 @@ class Learner:
     self._note_policy_version()
     trainer.start()
     self._start = self._last_log = time.monotonic()
-    self._start_steps = (self.env_steps, self._policy_version())
-    self._last = {
-      "env_steps": self.env_steps,
-      "batches": 0,
-      "envs": 0,
-      "act": 0.0,
-      "infer": 0.0,
-    }
+    self.reporter.start(self._start, self.counters())
     reason = None
     while reason is None:
       stopped = stop_event.wait(min(0.5, self.config.log_every_s))
@@ -470,144 +514,13 @@ class Learner:
         reason = "stopped"
         self.finished = self.finish_on_stop_event
       else:
-        reason = self._stop_reason(now)
+        reason = self.stop_rules.reason(now - self._start, self.counters())
         self.finished = reason is not None
     self._report(time.monotonic())
     self.shutdown(trainer)
     if self._train_error is not None:
       raise RuntimeError("the training thread failed") from self._train_error
     return reason
-
-  def _stop_reason(self, now: float) -> Optional[str]:
-    """Why training should stop now, or None."""
-    cfg = self.config
-    recent = self.episodes.recent_mean()
-    learner_steps = self._policy_version()
-    if (
-      cfg.target_return is not None
-      and self.episodes.full_window()
-      and recent is not None  # implied by a full window; narrows the type
-      and recent >= cfg.target_return
-    ):
-      if self.solved_at_s is None:
-        self.solved_at_s = now - self._start
-        metrics_lib.log(
-          f"SOLVED: mean return {recent:.1f} over the last "
-          f"{self.episodes.window} episodes >= target {cfg.target_return:g}"
-          f" after {now - self._start:.1f} s, {self.env_steps:,d} env "
-          f"steps, {learner_steps} learner steps"
-        )
-      if cfg.stop_at_target:
-        return "target reached"
-    if cfg.max_env_steps and self.env_steps >= cfg.max_env_steps:
-      return f"max_env_steps {cfg.max_env_steps} reached"
-    if cfg.max_learner_steps and learner_steps >= cfg.max_learner_steps:
-      return f"max_learner_steps {cfg.max_learner_steps} reached"
-    if cfg.max_seconds and now - self._start >= cfg.max_seconds:
-      return f"max_seconds {cfg.max_seconds:g} reached"
-    return None
-
-  def _report(self, now: float) -> None:
-    """Writes TensorBoard scalars and one console line for the last interval."""
-    learner_steps = self._policy_version()
-    scalars, samples_trained = self._interval_scalars(now, learner_steps)
-    if self._writer:
-      self._writer.write(learner_steps, scalars)
-    metrics_lib.log(self._console_line(now, learner_steps, scalars))
-    self.profiler.tick(
-      t=now - self._start,
-      env_steps=self.env_steps,
-      learner_steps=learner_steps,
-    )
-    self._last_log = now
-    self._last = {
-      "env_steps": self.env_steps,
-      "batches": self._batcher.batches_run,
-      "envs": self._batcher.envs_served,
-      "act": self._act_seconds,
-      "infer": self._infer_seconds,
-      "samples": samples_trained,
-      "learner_steps": learner_steps,
-    }
-
-  def _interval_scalars(
-    self, now: float, learner_steps: int
-  ) -> Tuple[Dict[str, float], float]:
-    """The TensorBoard scalars of the interval since the last report, and
-    the transitions trained on so far (for the next interval's rate)."""
-    last, dt = self._last, max(now - self._last_log, 1e-9)
-    batches = self._batcher.batches_run - last["batches"]
-    with self._metrics_lock:
-      scalars = self._metrics.drain()
-      samples_trained = self._samples_trained
-    scalars.update(self.episodes.drain())
-    env_steps = self.env_steps - last["env_steps"]
-    scalars["perf/env_steps_per_s"] = env_steps / dt
-    scalars["perf/updates_per_s"] = (
-      learner_steps - last.get("learner_steps", learner_steps)
-    ) / dt
-    if env_steps > 0:
-      scalars["perf/samples_per_env_step"] = (
-        samples_trained - last.get("samples", 0.0)
-      ) / env_steps
-    scalars["perf/env_steps"] = self.env_steps
-    scalars["actors/discarded_partial_unrolls"] = self.discarded_partial_unrolls
-    scalars["integrity/episode_stat_mismatches"] = self.episode_stat_mismatches
-    scalars["integrity/uncounted_episodes"] = self.uncounted_episodes
-    if batches:
-      scalars["perf/inference_batch_size"] = (
-        self._batcher.envs_served - last["envs"]
-      ) / batches
-      scalars["perf/inference_ms"] = (
-        1e3 * (self._infer_seconds - last["infer"]) / batches
-      )
-      scalars["perf/act_ms"] = 1e3 * (self._act_seconds - last["act"]) / batches
-    return scalars, samples_trained
-
-  def _console_line(
-    self, now: float, learner_steps: int, scalars: Dict[str, float]
-  ) -> str:
-    """The progress line (and the best mean return so far, updated)."""
-    extra = {k: scalars[k] for k in metrics_lib.CONSOLE_METRICS if k in scalars}
-    recent = self.episodes.recent_mean()
-    line = metrics_lib.progress_line(
-      now - self._start,
-      learner_steps,
-      self.env_steps,
-      scalars["perf/env_steps_per_s"],
-      recent,
-      self.episodes.episodes,
-      extra,
-    )
-    if recent is not None:
-      self.best_return = max(recent, self.best_return or recent)
-    goal = self._goal(now - self._start, learner_steps)
-    line = f"{line} | {goal}" if goal else line
-    return f"{line} | {self.banner}" if self.banner else line
-
-  def _goal(self, elapsed: float, learner_steps: int) -> str:
-    """'42% done, ETA 1m30s' toward the nearest stop condition; the best
-    mean return so far when a target is set."""
-    cfg, parts = self.config, []
-    done, eta = 0.0, None
-    for limit, value, start in (
-      (cfg.max_env_steps, self.env_steps, self._start_steps[0]),
-      (cfg.max_learner_steps, learner_steps, self._start_steps[1]),
-      (cfg.max_seconds, elapsed, 0.0),
-    ):
-      if limit:
-        done = max(done, min(value / limit, 1.0))
-        rate = (value - start) / max(elapsed, 1e-9)
-        if rate > 0:
-          left = max(limit - value, 0) / rate
-          eta = left if eta is None else min(eta, left)
-    if cfg.max_env_steps or cfg.max_learner_steps or cfg.max_seconds:
-      when = "" if eta is None else f", ETA {eta // 60:.0f}m{eta % 60:02.0f}s"
-      parts.append(f"{100 * done:.0f}% done{when}")
-    if cfg.target_return is not None and cfg.stop_at_target:
-      best = "n/a" if self.best_return is None else f"{self.best_return:.1f}"
-      parts.append(f"best {best} / target {cfg.target_return:g}")
-    return ", ".join(parts)
 
   def shutdown(self, trainer: Optional[threading.Thread] = None) -> None:
     """Stops inference and training, then writes a final checkpoint."""
@@ -625,83 +538,5 @@ class Learner:
       )
     elif self._train_error is None:
       self._save()
-    if self._writer:
-      self._writer.close()
-
-
-_STEP_BATCH_FIELDS = tuple(
-  field.name for field in dataclasses.fields(StepBatch)
-)
-_step_batch_fields = operator.attrgetter(*_STEP_BATCH_FIELDS)
-_OBSERVATION = _STEP_BATCH_FIELDS.index("observation")
-
-
-class _MergeBuffer:
-  """Reused storage for the observations of merged batches.
-
-  Merging 16 Atari messages of 32 envs makes a 3.6 MB array per inference
-  call; freshly allocated, its pages are mapped and zeroed by the kernel
-  each time (`perf`: ~7% of the learner's CPU). The buffer is reused only
-  while nothing else holds it or a view of it (an agent may keep its
-  inputs), so a merged batch never changes after it was handed out."""
-
-  def __init__(self):
-    self._buffer: Optional[np.ndarray] = None
-
-  def concatenate(self, parts: Tuple[np.ndarray, ...]) -> np.ndarray:
-    rows = sum(len(p) for p in parts)
-    buffer, first = self._buffer, parts[0]
-    if (
-      buffer is None
-      or buffer.shape[0] < rows
-      or buffer.shape[1:] != first.shape[1:]
-      or buffer.dtype != first.dtype
-      # Held: the attribute, `buffer` and getrefcount's argument only.
-      or sys.getrefcount(buffer) > 3
-    ):
-      buffer = self._buffer = np.empty((rows,) + first.shape[1:], first.dtype)
-    return np.concatenate(parts, out=buffer[:rows])
-
-
-def _merge_batches(
-  batches: List[StepBatch], frames: Optional[_MergeBuffer] = None
-) -> StepBatch:
-  """One StepBatch of every env in `batches` (in order); `frames` holds
-  the merged observations when given."""
-  if len(batches) == 1:
-    return batches[0]
-  columns = zip(*map(_step_batch_fields, batches))
-  return StepBatch(
-    *(
-      frames.concatenate(column)
-      if i == _OBSERVATION and frames is not None
-      else np.concatenate(column)
-      for i, column in enumerate(columns)
-    )
-  )
-
-
-def _split_actions(
-  action: np.ndarray, batches: List[StepBatch]
-) -> List[np.ndarray]:
-  """Each batch's rows of `action` (views), in order."""
-  parts, start = [], 0
-  for b in batches:
-    parts.append(action[start : start + b.num_envs])
-    start += b.num_envs
-  return parts
-
-
-def _concat_inputs(a: ActInputs, b: ActInputs) -> ActInputs:
-  """The rows of `a`, then those of `b`."""
-  fields = {
-    f.name: np.concatenate([getattr(a, f.name), getattr(b, f.name)])
-    for f in dataclasses.fields(ActInputs)
-    if f.name != "core_state"
-  }
-  return ActInputs(
-    **fields,
-    core_state=tuple(
-      np.concatenate(c) for c in zip(a.core_state, b.core_state)
-    ),
-  )
+    if self.reporter.writer:
+      self.reporter.writer.close()

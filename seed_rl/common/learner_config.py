@@ -45,6 +45,11 @@ class LearnerConfig:
     seed_rl/common/devices.py). None: TensorFlow's default device.
   inference_device: where inference runs; None: the first training device
     (TensorFlow's default without training_devices).
+  terminal_on_life_loss: a lost life (Atari; actors report it) ends the
+    training env's episode for the agent's targets, as Baselines' and
+    CleanRL's EpisodicLifeEnv do, without resetting the game. Returns,
+    `episode/return`, eval envs and seed_rl.evaluate still count whole
+    games with all lives. No effect on envs without lives (Pong).
   """
 
   inference_batch_size: Optional[int] = None
@@ -64,6 +69,7 @@ class LearnerConfig:
   max_abs_observation: float = 1e6
   training_devices: Optional[Tuple[str, ...]] = None
   inference_device: Optional[str] = None
+  terminal_on_life_loss: bool = False
 
   def __post_init__(self):
     if self.training_devices is not None:
@@ -116,7 +122,7 @@ class LearnerConfig:
 
 def configure_tf_threads(config: LearnerConfig) -> None:
   """Sizes TensorFlow's thread pools; call before TF runs its first op."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   if config.tf_intra_op_threads:
     tf.config.threading.set_intra_op_parallelism_threads(

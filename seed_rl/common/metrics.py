@@ -111,7 +111,7 @@ class SummaryWriter:
   """TensorBoard event files; imports TensorFlow lazily (learner only)."""
 
   def __init__(self, logdir: str):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     self._tf = tf
     self._writer = tf.summary.create_file_writer(logdir)

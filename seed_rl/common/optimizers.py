@@ -127,7 +127,7 @@ class Optimizer(tf.Module):
       (assignable when the rate is constant, as PPO's annealing does).
   """
 
-  def __init__(
+  def __init__(  # noqa: PLR0913 (the optimizer's hyperparameters)
     self,
     name: str,
     learning_rate: LearningRate,

@@ -105,11 +105,11 @@ def load_run(
     ValueError: no run.json and no names given, no checkpoint, or a
       checkpoint that does not fit the agent.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
-  from seed_rl.common import checkpoints  # pylint: disable=g-import-not-at-top
-  from seed_rl.common import learner as learner_lib  # pylint: disable=g-import-not-at-top
-  from seed_rl.common.env_state import stacked_observation_spec  # pylint: disable=g-import-not-at-top
+  from seed_rl.common import checkpoints
+  from seed_rl.common import learner as learner_lib
+  from seed_rl.common.env_state import stacked_observation_spec
 
   env, agent, spec = _run_names(logdir, env, agent)
   directory = os.path.join(logdir, "checkpoints")
@@ -185,13 +185,13 @@ def _configure(
   Returns:
     (env module, agent module).
   """
-  import gin  # pylint: disable=g-import-not-at-top
+  import gin
 
   gin.clear_config()
   with gin.unlock_config():  # a parse in this process locked it
     env_module = registry.env_module(env)
     agent_module = registry.agent_module(agent)
-    for name in registry.LEARNER_GIN_MODULES:
+    for name in registry.learner_gin_modules(env):
       importlib.import_module(name)
   operative = os.path.join(logdir, "operative_config.gin")
   if os.path.exists(operative):

@@ -99,6 +99,12 @@ class StepBatch:
     final_observation: [sum(truncated), *obs_shape].
     episode_return: float32 [E] undiscounted raw returns of finished episodes.
     episode_length: int32 [E] their lengths in agent steps.
+    life_lost: bool [K] or None: the env lost a life in this transition and
+      its game goes on (Atari; never set where an episode ended). None when
+      no env did, or the env has no lives. A fact, not a decision: the
+      learner's `LearnerConfig.terminal_on_life_loss` decides whether the
+      agent's targets treat it as a terminal; episodes always count whole
+      games.
 
   The learner does not believe `episode_return` / `episode_length`: it
   counts every episode itself from `reward` and the end flags of the steps
@@ -116,6 +122,7 @@ class StepBatch:
   final_observation: np.ndarray
   episode_return: np.ndarray
   episode_length: np.ndarray
+  life_lost: Optional[np.ndarray] = None
 
   @property
   def num_envs(self) -> int:

@@ -225,7 +225,7 @@ class TransitionReplay:
       observations as they come.
   """
 
-  def __init__(
+  def __init__(  # noqa: PLR0913 (the replay's settings, each documented)
     self,
     capacity: int,
     batch_size: int,

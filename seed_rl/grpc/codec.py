@@ -39,7 +39,16 @@ WIRE_DTYPES = {
   )
 }
 
-STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepBatch))
+# The StepBatch fields every StepRequest carries, in order; then those sent
+# only when set (None in the StepBatch otherwise).
+STEP_FIELDS = tuple(
+  f.name
+  for f in dataclasses.fields(StepBatch)
+  if f.default is dataclasses.MISSING
+)
+OPTIONAL_STEP_FIELDS = tuple(
+  f.name for f in dataclasses.fields(StepBatch) if f.name not in STEP_FIELDS
+)
 
 
 def _wire_dtype(name: str, what: str) -> np.dtype:
@@ -192,11 +201,16 @@ def encode_step_batch(batch: StepBatch) -> seed_rl_pb2.StepRequest:
   request = seed_rl_pb2.StepRequest()
   for name in STEP_FIELDS:
     fill_tensor(getattr(request, name), getattr(batch, name), name)
+  for name in OPTIONAL_STEP_FIELDS:
+    value = getattr(batch, name)
+    if value is not None:
+      fill_tensor(getattr(request, name), value, name)
   return request
 
 
 def decode_step_fields(request: seed_rl_pb2.StepRequest) -> dict:
-  """Returns {field: array} for every StepBatch field of `request`.
+  """Returns {field: array} for every StepBatch field of `request` (the
+  optional ones only when present).
 
   Checks presence and tensor well-formedness only; what the arrays must hold
   for a given session is checked by validation.check_step_request.
@@ -206,6 +220,9 @@ def decode_step_fields(request: seed_rl_pb2.StepRequest) -> dict:
     if not request.HasField(name):
       raise ValueError(f"{name}: missing from the StepRequest")
     arrays[name] = decode_tensor(getattr(request, name), name)
+  for name in OPTIONAL_STEP_FIELDS:
+    if request.HasField(name):
+      arrays[name] = decode_tensor(getattr(request, name), name)
   return arrays
 
 

@@ -39,14 +39,15 @@ REASON_BUSY = "learner-busy"
 # `max_step_request_bytes`, `max_request_bytes`).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
-# Protobuf framing of a StepRequest beyond its tensors' payloads: 9 Tensor
+# Protobuf framing of a StepRequest beyond its tensors' payloads: 10 Tensor
 # fields (tag, length, dtype name, shape) and the sequence number take a few
 # hundred bytes; the rest is slack.
 _STEP_OVERHEAD_BYTES = 4096
-# Per env: env_ids int32, run_ids int64, reward float32, terminated and
-# truncated bool, and at most one ended episode (return float32, length
-# int32); plus the observation and at most one final observation.
-_STEP_FIXED_BYTES_PER_ENV = 4 + 8 + 4 + 1 + 1 + 4 + 4
+# Per env: env_ids int32, run_ids int64, reward float32, terminated,
+# truncated and life_lost bool, and at most one ended episode (return
+# float32, length int32); plus the observation and at most one final
+# observation.
+_STEP_FIXED_BYTES_PER_ENV = 4 + 8 + 4 + 1 + 1 + 1 + 4 + 4
 # A HelloRequest holds both specs with their bounds, and their names.
 _HELLO_OVERHEAD_BYTES = 64 * 1024
 

@@ -65,7 +65,7 @@ class HelloResponse(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., observation_spec: _Optional[_Union[TensorSpec, _Mapping]] = ..., action_spec: _Optional[_Union[TensorSpec, _Mapping]] = ..., first_env_id: _Optional[int] = ..., num_envs: _Optional[int] = ..., num_envs_total: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class StepRequest(_message.Message):
-    __slots__ = ("env_ids", "run_ids", "reward", "terminated", "truncated", "observation", "final_observation", "episode_return", "episode_length", "sequence")
+    __slots__ = ("env_ids", "run_ids", "reward", "terminated", "truncated", "observation", "final_observation", "episode_return", "episode_length", "sequence", "life_lost")
     ENV_IDS_FIELD_NUMBER: _ClassVar[int]
     RUN_IDS_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +76,7 @@ class StepRequest(_message.Message):
     EPISODE_RETURN_FIELD_NUMBER: _ClassVar[int]
     EPISODE_LENGTH_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LIFE_LOST_FIELD_NUMBER: _ClassVar[int]
     env_ids: Tensor
     run_ids: Tensor
     reward: Tensor
@@ -86,7 +87,8 @@ class StepRequest(_message.Message):
     episode_return: Tensor
     episode_length: Tensor
     sequence: int
-    def __init__(self, env_ids: _Optional[_Union[Tensor, _Mapping]] = ..., run_ids: _Optional[_Union[Tensor, _Mapping]] = ..., reward: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ..., observation: _Optional[_Union[Tensor, _Mapping]] = ..., final_observation: _Optional[_Union[Tensor, _Mapping]] = ..., episode_return: _Optional[_Union[Tensor, _Mapping]] = ..., episode_length: _Optional[_Union[Tensor, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...
+    life_lost: Tensor
+    def __init__(self, env_ids: _Optional[_Union[Tensor, _Mapping]] = ..., run_ids: _Optional[_Union[Tensor, _Mapping]] = ..., reward: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ..., observation: _Optional[_Union[Tensor, _Mapping]] = ..., final_observation: _Optional[_Union[Tensor, _Mapping]] = ..., episode_return: _Optional[_Union[Tensor, _Mapping]] = ..., episode_length: _Optional[_Union[Tensor, _Mapping]] = ..., sequence: _Optional[int] = ..., life_lost: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class StepResponse(_message.Message):
     __slots__ = ("action",)

@@ -76,7 +76,7 @@ class LearnerServer:
   so pending calls never take an established call's capacity.
   """
 
-  def __init__(
+  def __init__(  # noqa: PLR0913 (the server's settings, each a flag)
     self,
     address: str,
     observation_spec: ArraySpec,
@@ -205,7 +205,7 @@ class LearnerServer:
       asyncio.set_event_loop(loop)
       try:
         outcome["port"] = loop.run_until_complete(self._start_on_loop())
-      except BaseException as e:  # pylint: disable=broad-except
+      except BaseException as e:
         outcome["error"] = e
         ready.set()
         loop.close()

@@ -216,7 +216,7 @@ class Servicer:
   Must be created on the event loop's thread (it binds to that loop).
   """
 
-  def __init__(
+  def __init__(  # noqa: PLR0913 (the service's settings, each a flag)
     self,
     observation_spec: ArraySpec,
     action_spec: ArraySpec,
@@ -527,7 +527,7 @@ class Servicer:
         str(e),
         protocol.REASON_LEARNER_FINISHED if e.finished else None,
       ) from None
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       logging.exception("Step stream of %s failed", session.describe())
       raise Rejection(
         grpc.StatusCode.INTERNAL, f"learner error: {type(e).__name__}: {e}"
@@ -596,7 +596,7 @@ class Servicer:
     if self.registry.release(session) and self._on_disconnect is not None:
       try:
         self._on_disconnect(session.first_env_id, session.num_envs)
-      except Exception:  # pylint: disable=broad-except
+      except Exception:
         logging.exception(
           "on_disconnect(%d, %d) failed",
           session.first_env_id,

@@ -256,6 +256,7 @@ def _check_in_detail(
         f"an episode ends either by termination or by "
         f"truncation"
       )
+  _check_life_lost(arrays, session)
   _check_values(arrays, num_truncated, limits)
   _check_episodes(
     arrays["episode_return"],
@@ -264,6 +265,24 @@ def _check_in_detail(
     limits,
   )
   return StepBatch(**arrays)
+
+
+def _check_life_lost(arrays: Dict[str, np.ndarray], session: Session) -> None:
+  """The optional life_lost flags: bool [K], none where an episode ended
+  (a life loss that ends the game is that episode's end)."""
+  life_lost = arrays.get("life_lost")
+  if life_lost is None:
+    return
+  _check_dtype("life_lost", life_lost, _BOOL)
+  _check_vector("life_lost", life_lost, session.num_envs, session)
+  both = life_lost & (arrays["terminated"] | arrays["truncated"])
+  if both.any():
+    env_id = int(arrays["env_ids"][np.argmax(both)])
+    raise ValueError(
+      f"life_lost: set for env id {env_id}, whose episode ended in this "
+      f"step; a life loss that ends the game is reported only as the "
+      f"episode's end (terminated or truncated)"
+    )
 
 
 def _check_layout(
@@ -515,6 +534,8 @@ def _check_fast(
   payload sizes (which is all decode_tensor checks, bool payloads aside),
   the env ids' bytes, and the values through their last bytes.
   """
+  if request.HasField("life_lost"):  # a few steps per game: in detail
+    return None
   tensors = _TENSORS(request)
   # An absent field reads as an empty Tensor, whose dtype '' matches nothing.
   if tuple(map(_DTYPE, tensors)) != layout.dtype_names:

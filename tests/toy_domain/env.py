@@ -43,9 +43,5 @@ def create_environment(num_envs: int, seed: int, length: int = 5):
     num_envs,
     seed,
     "tests.toy_domain.env:Corridor",
-    None,
-    {"length": length},
-    "inline",
-    None,
-    "forkserver",
+    env_kwargs={"length": length},
   )

@@ -28,6 +28,7 @@ import tensorflow as tf
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.agents import on_policy
+from seed_rl.agents import rewards as rewards_lib
 from seed_rl.agents.a2c import loss as loss_lib
 from seed_rl.agents.a2c import networks
 from seed_rl.agents.a2c.config import A2CConfig
@@ -82,7 +83,7 @@ class A2CAgent(on_policy.RawActionAgent):
   # ---- Agent API ---------------------------------------------------------
 
   @property
-  def network(self) -> networks.PPONetwork:
+  def network(self) -> networks.FeedForwardActorCritic:
     return self._network
 
   def act(self, inputs: ActInputs) -> ActOutputs:
@@ -130,8 +131,7 @@ class A2CAgent(on_policy.RawActionAgent):
       transitions' raw_action [T, B, ...] and rewards / flags [T, B] (B is
       a device's shard of the batch under training devices)."""
       b = observation.shape[1]
-      if cfg.reward_clipping == "abs_one":
-        rewards = tf.clip_by_value(rewards, -1.0, 1.0)
+      rewards = rewards_lib.clip_rewards(rewards, cfg.reward_clipping)
       flat_obs = tf.reshape(observation, ((t + 1) * b,) + obs_spec.shape)
       variables = network.trainable_variables
       with tf.GradientTape() as tape:

@@ -55,7 +55,7 @@ class A2CConfig:
       max_grad_norm: global-norm gradient clip; None or 0 disables it.
       optimizer: 'rmsprop' (A3C, Baselines, SB3) or 'adam'.
       rmsprop_decay: RMSProp's moving-average decay (alpha in PyTorch).
-    Network (ppo/networks.py's PPONetwork):
+    Network (agents/actor_critic.py's FeedForwardActorCritic, shared with PPO):
       torso: factory returning a Keras layer [B, *obs] -> [B, F] (e.g.
         @mlp_torso, @atari_torso); None picks atari_torso for uint8 images
         and mlp_torso otherwise.

@@ -20,7 +20,7 @@ bootstrap_value[1:].
             That is A3C's forward view: step t gets the (T-t)-step return
             to the unroll end. With gae_lambda < 1 the returns are GAE's
             lambda-returns instead; lambda = 1 gives exactly the n-step
-            returns above. Both come from ppo/gae.py's backward recursion
+            returns above. Both come from agents/gae.py's backward recursion
             A_t = delta_t + lambda gamma_t mask_t A_{t+1}, R_t = A_t + V(x_t).
   Policy.   L_pi = -mean_t,b log pi(a_t|x_t) A_t, A_t = R_t - V(x_t)
             (no gradient through A_t: it is the baseline-subtracted return).
@@ -43,11 +43,11 @@ import tensorflow as tf
 
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
-from seed_rl.agents.ppo import gae as gae_lib
+from seed_rl.agents import gae as gae_lib
 from seed_rl.common import distributions
 
 
-def a2c_loss(
+def a2c_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations)
   distribution: distributions.ActionDistribution,
   policy_params: tf.Tensor,
   values: tf.Tensor,

@@ -31,13 +31,14 @@ device's copy; the update equals the one-device update.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
+from seed_rl.agents import rewards as rewards_lib
 from seed_rl.agents.acer import loss as loss_lib
 from seed_rl.agents.acer import networks
 from seed_rl.agents.acer.config import ACERConfig
@@ -83,12 +84,7 @@ class ACERAgent(Agent):
     config: Optional[ACERConfig] = None,
   ):
     super().__init__(observation_spec, action_spec, num_envs)
-    if not action_spec.is_discrete or action_spec.shape != ():
-      raise ValueError(
-        f"ACER needs a discrete scalar action spec (e.g. CartPole's), got "
-        f"{action_spec.name or 'action'!r} shape {list(action_spec.shape)} "
-        f"dtype {action_spec.dtype} num_values {action_spec.num_values}"
-      )
+    _check_action_spec(action_spec)
     cfg = self.config = config if config is not None else ACERConfig()
     self.unroll_length = cfg.unroll_length
     self._distribution = distributions.for_action_spec(action_spec)
@@ -101,28 +97,10 @@ class ACERAgent(Agent):
       devices.shard_size(
         cfg.batch_size, self._placement, "ACERConfig.batch_size"
       )
-
-    def make_network(name):
-      network = networks.ACERNetwork(
-        cfg.torso,
-        self.num_actions,
-        cfg.head_hidden,
-        shared_torso=cfg.shared_torso,
-        name=name,
-      )
-      networks.build_network(network, observation_spec)
-      return network
-
     # Both networks, the optimizer and the step counter are mirrored on
     # every training device under a strategy.
     with multi_device.training_scope(strategy):
-      self._network = make_network("acer_network")
-      self._average = None
-      if cfg.trust_region:
-        self._average = make_network("acer_average_network")
-        target_network.hard_update(
-          self._network.trainable_variables, self._average.trainable_variables
-        )
+      self._build_networks()
       self._step_counter = optimizers.learner_step_counter()
       self._optimizer = learning.scheduled_optimizer(
         cfg, self._network.trainable_variables, self._step_counter
@@ -143,6 +121,29 @@ class ACERAgent(Agent):
     self._stopped = False
     self._act_fn = self._make_act_fn()
     self._train_fn = self._make_train_fn()
+
+  def _make_network(self, name: str) -> networks.ACERNetwork:
+    """A built ACERNetwork (policy and Q heads) named `name`."""
+    cfg = self.config
+    network = networks.ACERNetwork(
+      cfg.torso,
+      self.num_actions,
+      cfg.head_hidden,
+      shared_torso=cfg.shared_torso,
+      name=name,
+    )
+    networks.build_network(network, self.observation_spec)
+    return network
+
+  def _build_networks(self) -> None:
+    """The network and, with trust_region, its average (equal at start)."""
+    self._network = self._make_network("acer_network")
+    self._average = None
+    if self.config.trust_region:
+      self._average = self._make_network("acer_average_network")
+      target_network.hard_update(
+        self._network.trainable_variables, self._average.trainable_variables
+      )
 
   # ---- Agent API ---------------------------------------------------------
 
@@ -171,6 +172,18 @@ class ACERAgent(Agent):
       extras={BEHAVIOUR_LOGITS: logits.numpy()},
       core_state=(),
     )
+
+  def greedy_policy(self) -> Tuple[agent_api.GreedyStep, bool]:
+    """argmax of the policy logits, as `act` for evaluation rows."""
+    network, distribution = self._network, self._distribution
+    action_dtype = self.action_spec.dtype
+
+    def step(observation, prev_action, reward, done, core):
+      del prev_action, reward, done
+      logits, _ = network(observation)
+      return tf.cast(distribution.mode(logits)[0], action_dtype), core
+
+    return step, False
 
   def add_unrolls(self, unrolls: Unroll) -> None:
     agent_api.check_unroll(
@@ -281,88 +294,29 @@ class ACERAgent(Agent):
 
   def _make_train_fn(self):
     """The compiled update on [T+1, B] unrolls (split along B over the
-    training devices when there are several).
+    training devices when there are several)."""
+    average = self._average
+    compile_args = (
+      self._train_signature(),
+      self._loss_and_gradients,
+      self._network,
+      self._optimizer,
+      self._step_counter,
+      self._update_average if average is not None else None,
+    )
+    strategy = self._placement.strategy
+    if strategy is not None:
+      return multi_device.compile_train_fn(strategy, *compile_args)
+    return learning.compile_train_fn(*compile_args)
 
-    `loss_and_gradients` is kept in one piece: the trust region projects
-    the policy terms' gradient with respect to pi inside the same tape pass
-    that also differentiates the value term, so the steps share one graph.
-    """
+  def _train_signature(self):
+    """Input signature of the update: observation [T+1, B, ...], action,
+    reward, terminated, truncated, bootstrap_value [T+1, B] and the
+    behaviour logits [T+1, B, A]."""
     cfg = self.config
     obs_spec, act_spec = self.observation_spec, self.action_spec
     t1, b, a = cfg.unroll_length + 1, cfg.batch_size, self.num_actions
-    network, average = self._network, self._average
-
-    def loss_and_gradients(
-      observation,
-      action,
-      reward,
-      terminated,
-      truncated,
-      bootstrap_value,
-      behaviour_logits,
-    ):
-      """Gradients of the mean loss over a time-major unroll batch (a
-      device's shard of it under training devices): observation [T+1, B,
-      ...], the rest [T+1, B] in the Unroll layout, behaviour_logits
-      [T+1, B, A]; metrics."""
-      if cfg.reward_clipping == "abs_one":
-        reward = tf.clip_by_value(reward, -1.0, 1.0)
-      variables = network.trainable_variables
-      with tf.GradientTape(persistent=average is not None) as tape:
-        logits, q = networks.unroll(network, observation)
-        probs = tf.nn.softmax(logits)
-        terms, metrics = loss_lib.acer_loss(
-          probs,
-          q,
-          behaviour_logits,
-          action,
-          reward,
-          terminated,
-          truncated,
-          bootstrap_value,
-          discount=cfg.discount,
-          retrace_lambda=cfg.retrace_lambda,
-          truncation_threshold=cfg.truncation_threshold,
-          entropy_cost=cfg.entropy_cost,
-          value_cost=cfg.value_cost,
-        )
-        total = terms["policy"] + terms["value"] + terms["entropy"]
-        policy_objective = terms["policy"] + terms["entropy"]
-      if average is None:
-        return tape.gradient(total, variables), metrics
-      average_logits, _ = networks.unroll(average, observation)
-      loss_gradient = tape.gradient(policy_objective, probs)
-      # Per step (the gradient of a mean over the shard's steps, rescaled
-      # by their number), so a shard's projection is the batch's.
-      adjusted, trust_metrics = loss_lib.trust_region_gradient(
-        loss_gradient[:-1],
-        probs[:-1],
-        tf.nn.softmax(average_logits)[:-1],
-        cfg.trust_region_delta,
-      )
-      metrics.update(trust_metrics)
-      # Step T's probabilities feed no policy term (zero gradient).
-      adjusted = tf.concat([adjusted, tf.zeros_like(probs[-1:])], axis=0)
-      policy_gradients = tape.gradient(
-        probs, variables, output_gradients=adjusted
-      )
-      value_gradients = tape.gradient(terms["value"], variables)
-      del tape
-      gradients = [
-        _add(p, v) for p, v in zip(policy_gradients, value_gradients)
-      ]
-      return gradients, metrics
-
-    def update_average():
-      """The average network's Polyak step after each optimizer step."""
-      assert average is not None
-      target_network.soft_update(
-        network.trainable_variables,
-        average.trainable_variables,
-        1.0 - cfg.average_policy_decay,
-      )
-
-    signature = [
+    return [
       tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
       tf.TensorSpec([t1, b], act_spec.dtype),
       tf.TensorSpec([t1, b], tf.float32),
@@ -371,18 +325,93 @@ class ACERAgent(Agent):
       tf.TensorSpec([t1, b], tf.float32),
       tf.TensorSpec([t1, b, a], tf.float32),
     ]
-    compile_args = (
-      signature,
-      loss_and_gradients,
-      network,
-      self._optimizer,
-      self._step_counter,
-      update_average if average is not None else None,
+
+  def _loss_and_gradients(
+    self,
+    observation,
+    action,
+    reward,
+    terminated,
+    truncated,
+    bootstrap_value,
+    behaviour_logits,
+  ):
+    """Gradients of the mean loss over a time-major unroll batch (a
+    device's shard of it under training devices): observation [T+1, B,
+    ...], the rest [T+1, B] in the Unroll layout, behaviour_logits
+    [T+1, B, A]; metrics.
+
+    Kept in one piece: the trust region projects the policy terms'
+    gradient with respect to pi inside the same tape pass that also
+    differentiates the value term, so the steps share one graph.
+    """
+    cfg = self.config
+    network, average = self._network, self._average
+    reward = rewards_lib.clip_rewards(reward, cfg.reward_clipping)
+    variables = network.trainable_variables
+    with tf.GradientTape(persistent=average is not None) as tape:
+      logits, q = networks.unroll(network, observation)
+      probs = tf.nn.softmax(logits)
+      terms, metrics = loss_lib.acer_loss(
+        probs,
+        q,
+        behaviour_logits,
+        action,
+        reward,
+        terminated,
+        truncated,
+        bootstrap_value,
+        discount=cfg.discount,
+        retrace_lambda=cfg.retrace_lambda,
+        truncation_threshold=cfg.truncation_threshold,
+        entropy_cost=cfg.entropy_cost,
+        value_cost=cfg.value_cost,
+      )
+      total = terms["policy"] + terms["value"] + terms["entropy"]
+      policy_objective = terms["policy"] + terms["entropy"]
+    if average is None:
+      return tape.gradient(total, variables), metrics
+    average_logits, _ = networks.unroll(average, observation)
+    loss_gradient = tape.gradient(policy_objective, probs)
+    # Per step (the gradient of a mean over the shard's steps, rescaled
+    # by their number), so a shard's projection is the batch's.
+    adjusted, trust_metrics = loss_lib.trust_region_gradient(
+      loss_gradient[:-1],
+      probs[:-1],
+      tf.nn.softmax(average_logits)[:-1],
+      cfg.trust_region_delta,
     )
-    strategy = self._placement.strategy
-    if strategy is not None:
-      return multi_device.compile_train_fn(strategy, *compile_args)
-    return learning.compile_train_fn(*compile_args)
+    metrics.update(trust_metrics)
+    # Step T's probabilities feed no policy term (zero gradient).
+    adjusted = tf.concat([adjusted, tf.zeros_like(probs[-1:])], axis=0)
+    policy_gradients = tape.gradient(
+      probs, variables, output_gradients=adjusted
+    )
+    value_gradients = tape.gradient(terms["value"], variables)
+    del tape
+    gradients = [_add(p, v) for p, v in zip(policy_gradients, value_gradients)]
+    return gradients, metrics
+
+  def _update_average(self) -> None:
+    """The average network's Polyak step after each optimizer step."""
+    cfg = self.config
+    network, average = self._network, self._average
+    assert average is not None
+    target_network.soft_update(
+      network.trainable_variables,
+      average.trainable_variables,
+      1.0 - cfg.average_policy_decay,
+    )
+
+
+def _check_action_spec(action_spec: ArraySpec) -> None:
+  """Raises ValueError unless the actions are discrete scalars."""
+  if not action_spec.is_discrete or action_spec.shape != ():
+    raise ValueError(
+      f"ACER needs a discrete scalar action spec (e.g. CartPole's), got "
+      f"{action_spec.name or 'action'!r} shape {list(action_spec.shape)} "
+      f"dtype {action_spec.dtype} num_values {action_spec.num_values}"
+    )
 
 
 def _add(a, b):

@@ -25,8 +25,9 @@ the current Q head, V(x) = sum_a pi(a|x) Q(x, a), and the importance weights
                               episode's final observation (bootstrap_value);
      t = T-1:                 G = V(x_T)           (Algorithm 2's Q_ret = V).
    Written with the same per-transition encoding as V-trace and GAE
-   (vtrace/loss.transition_inputs): discounts_t = gamma (1 - terminated),
-   next_values_t = bootstrap_value or V(x_{t+1}), trace_mask_t = 1 - done:
+   (agents/episode_ends.transition_inputs): discounts_t = gamma (1 -
+   terminated), next_values_t = bootstrap_value or V(x_{t+1}), trace_mask_t
+   = 1 - done:
 
      Q_ret_t = r_t + discounts_t (next_values_t + trace_mask_t acc_{t+1}),
      acc_t   = c_t (Q_ret_t - Q(x_t, a_t)),    acc_T = 0.
@@ -71,7 +72,7 @@ from typing import Dict, Tuple
 
 import tensorflow as tf
 
-from seed_rl.agents.vtrace.loss import transition_inputs
+from seed_rl.agents.episode_ends import transition_inputs
 from seed_rl.common import diagnostics
 from seed_rl.common.agent_api import check_time_major
 
@@ -143,7 +144,7 @@ def retrace_targets(
   return tf.stop_gradient(q_ret)
 
 
-def acer_loss(
+def acer_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations)
   probs: tf.Tensor,
   q: tf.Tensor,
   behaviour_logits: tf.Tensor,

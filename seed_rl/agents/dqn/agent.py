@@ -11,19 +11,20 @@ priorities and syncs the target network every `target_update_period` steps.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from seed_rl.agents import exploration
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.agents import off_policy
+from seed_rl.agents import rewards as rewards_lib
 from seed_rl.agents.dqn import loss as loss_lib
 from seed_rl.agents.dqn import networks
 from seed_rl.agents.dqn import targets as targets_lib
 from seed_rl.agents.dqn.config import DQNConfig
-from seed_rl.agents.r2d2 import exploration
 from seed_rl.common import agent_api
 from seed_rl.common import devices
 from seed_rl.common import optimizers
@@ -170,6 +171,23 @@ class DQNAgent(Agent):
       core_state=(),
     )
 
+  def greedy_policy(self) -> Tuple[agent_api.GreedyStep, bool]:
+    """argmax of the online Q-network (noisy layers at their mean), as
+    `act` for evaluation rows."""
+    online, noisy = self._online, self.config.noisy is not None
+    action_dtype = self.action_spec.dtype
+
+    def step(observation, prev_action, reward, done, core):
+      del prev_action, reward, done
+      q = (
+        online(observation, deterministic=True)
+        if noisy
+        else online(observation)
+      )
+      return tf.cast(tf.argmax(q, axis=-1), action_dtype), core
+
+    return step, False
+
   def add_unrolls(self, unrolls: Unroll) -> None:
     agent_api.check_unroll(
       unrolls, self.unroll_length, self.observation_spec, self.action_spec
@@ -182,10 +200,9 @@ class DQNAgent(Agent):
     return np.asarray(unrolls.action).astype(np.int32)
 
   def _reward(self, unrolls: Unroll) -> np.ndarray:
-    reward = np.asarray(unrolls.reward, np.float32)
-    if self.config.reward_clipping == "abs_one":
-      reward = np.clip(reward, -1.0, 1.0)
-    return reward
+    return rewards_lib.clip_rewards(
+      np.asarray(unrolls.reward, np.float32), self.config.reward_clipping
+    )
 
   def unrolls_to_transitions(self, unrolls: Unroll) -> Dict[str, np.ndarray]:
     """The n-step transitions starting at steps 0..T-n of each unroll, as
@@ -282,13 +299,40 @@ class DQNAgent(Agent):
     return act_fn
 
   def _make_train_fn(self):
-    cfg = self.config
-    obs_spec, b = self.observation_spec, cfg.batch_size
-    obs_signature = tf.TensorSpec((b,) + obs_spec.shape, obs_spec.dtype)
+    """The compiled learner step on a sampled batch (split along B over the
+    training devices when there are several)."""
     online, target = self._online, self._target
     optimizer, step_counter = self._optimizer, self._step_counter
-    noisy = cfg.noisy is not None
+    noisy = self.config.noisy is not None
     strategy = self._placement.strategy
+    loss_and_gradients = self._make_loss_and_gradients()
+
+    @tf.function(input_signature=self._train_signature())
+    def train_fn(*batch):
+      """observation, action, return, discount, next_observation and
+      importance weights [B] -> TD errors [B] (in batch order), metrics."""
+      with multi_device.training_scope(strategy):
+        if noisy:
+          # Fresh noise per learner step, independent for the two networks
+          # (drawn once, outside the replicas: every copy gets the same).
+          online.reset_noise()
+          target.reset_noise()
+        variables = online.trainable_variables
+        gradients, norm_gradients, metrics, td_error = multi_device.run_sharded(
+          strategy, loss_and_gradients, batch, variables
+        )
+        learning.apply_update(
+          optimizer, gradients, variables, metrics, step_counter, norm_gradients
+        )
+        return td_error, metrics
+
+    return train_fn
+
+  def _make_loss_and_gradients(self):
+    """The per-shard TD loss and its gradients (what `run_sharded` runs on
+    each device's shard of the batch)."""
+    cfg = self.config
+    online, target = self._online, self._target
 
     def loss_and_gradients(
       observation, action, returns, discount, next_observation, weights
@@ -321,35 +365,21 @@ class DQNAgent(Agent):
         )
       return tape.gradient(loss, variables), metrics, td_error
 
-    @tf.function(
-      input_signature=[
-        obs_signature,
-        tf.TensorSpec([b], tf.int32),
-        tf.TensorSpec([b], tf.float32),
-        tf.TensorSpec([b], tf.float32),
-        obs_signature,
-        tf.TensorSpec([b], tf.float32),
-      ]
-    )
-    def train_fn(*batch):
-      """observation, action, return, discount, next_observation and
-      importance weights [B] -> TD errors [B] (in batch order), metrics."""
-      with multi_device.training_scope(strategy):
-        if noisy:
-          # Fresh noise per learner step, independent for the two networks
-          # (drawn once, outside the replicas: every copy gets the same).
-          online.reset_noise()
-          target.reset_noise()
-        variables = online.trainable_variables
-        gradients, norm_gradients, metrics, td_error = multi_device.run_sharded(
-          strategy, loss_and_gradients, batch, variables
-        )
-        learning.apply_update(
-          optimizer, gradients, variables, metrics, step_counter, norm_gradients
-        )
-        return td_error, metrics
+    return loss_and_gradients
 
-    return train_fn
+  def _train_signature(self):
+    """Input signature of the update: observation, action, return,
+    discount, next_observation and importance weights, each [B, ...]."""
+    obs_spec, b = self.observation_spec, self.config.batch_size
+    obs_signature = tf.TensorSpec((b,) + obs_spec.shape, obs_spec.dtype)
+    return [
+      obs_signature,
+      tf.TensorSpec([b], tf.int32),
+      tf.TensorSpec([b], tf.float32),
+      tf.TensorSpec([b], tf.float32),
+      obs_signature,
+      tf.TensorSpec([b], tf.float32),
+    ]
 
 
 def create_agent(

@@ -132,9 +132,19 @@ class DQNConfig:
   def __post_init__(self):
     """Validates every field (one check per field, in field order).
 
-    Kept in one piece: a flat checklist that reads like the field list;
-    the shared checks live in seed_rl/common/config_checks.py.
+    The checks run group by group (`_check_*`, each a flat checklist in
+    field order); the shared checks live in seed_rl/common/config_checks.py.
     """
+    self._check_sizes()
+    self._check_td_loss()
+    self._check_replay()
+    self._check_optimizer()
+    self._check_exploration()
+    checks.torso_factory(self)
+
+  def _check_sizes(self) -> None:
+    """The positive integer sizes, the head's layer widths and the unroll
+    length against n_step."""
     checks.positive_ints(
       self,
       "n_step",
@@ -154,12 +164,19 @@ class DQNConfig:
         f"({self.n_step}): an unroll of unroll_length + 1 steps overlapping "
         f"the previous one by n_step steps would hold no new transition",
       )
+
+  def _check_td_loss(self) -> None:
+    """The TD targets (discount, reward clipping, value rescaling) and the
+    Huber loss."""
     checks.discount(self)
     checks.choice(self, "reward_clipping", checks.REWARD_CLIPPING)
     checks.non_negative(
       self, "value_rescaling_epsilon", why="h is not invertible otherwise"
     )
     checks.positive(self, "huber_delta")
+
+  def _check_replay(self) -> None:
+    """Replay warm-up, prioritisation and the rate limiter."""
     checks.min_replay_size(self)
     if self.min_replay_size < self.batch_size:
       checks.fail(
@@ -177,9 +194,15 @@ class DQNConfig:
     )
     checks.positive(self, "samples_per_insert", why="0 would never train")
     checks.rate_limiter_error_buffer(self, self.rate_limiter_error_buffer)
+
+  def _check_optimizer(self) -> None:
+    """Learning rate, Adam's epsilon and gradient clipping."""
     checks.positive(self, "learning_rate")
     checks.optimizer_epsilon(self, "optimizer_epsilon")
     checks.max_grad_norm(self)
+
+  def _check_exploration(self) -> None:
+    """Epsilon-greedy and NoisyNet exploration, which exclude each other."""
     checks.in_unit_interval(self, "epsilon_start", "epsilon_end")
     if self.noisy not in _NOISY:
       checks.fail(self, f"noisy must be one of {_NOISY}, got {self.noisy!r}")
@@ -199,4 +222,3 @@ class DQNConfig:
         "noisy_sigma0 is set but noisy is None; pick 'ig' or "
         "'fg' or drop noisy_sigma0",
       )
-    checks.torso_factory(self)

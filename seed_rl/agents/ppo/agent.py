@@ -36,6 +36,7 @@ import tensorflow as tf
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.agents import on_policy
+from seed_rl.agents import rewards as rewards_lib
 from seed_rl.agents.ppo import loss as loss_lib
 from seed_rl.agents.ppo import networks
 from seed_rl.agents.ppo import update as update_lib
@@ -97,16 +98,9 @@ class PPOAgent(on_policy.RawActionAgent):
     # training device (the normalizer statistics and kl_coef, set between
     # updates, are single variables every device reads).
     with multi_device.training_scope(self._placement.strategy):
-      self._network = networks.PPONetwork(
-        cfg.torso or networks.default_torso(observation_spec),
+      self._network = networks.make_network(
+        cfg,
         self._distribution,
-        log_std=cfg.log_std,
-        init_log_std=cfg.init_log_std,
-        shared_torso=cfg.shared_torso,
-        name="ppo_network",
-      )
-      networks.build_network(
-        self._network,
         observation_spec,
         "float32" if self._obs_normalizer is not None else None,
       )
@@ -186,7 +180,7 @@ class PPOAgent(on_policy.RawActionAgent):
   # ---- Agent API ---------------------------------------------------------
 
   @property
-  def network(self) -> networks.PPONetwork:
+  def network(self) -> networks.FeedForwardActorCritic:
     return self._network
 
   @property
@@ -293,8 +287,7 @@ class PPOAgent(on_policy.RawActionAgent):
         self._obs_normalizer.update(
           observation[1:].reshape((-1,) + self.observation_spec.shape)
         )
-    if self.config.reward_clipping == "abs_one":
-      rewards = np.clip(rewards, -1.0, 1.0)
+    rewards = rewards_lib.clip_rewards(rewards, self.config.reward_clipping)
     if self._reward_scaler is not None:
       done = inputs.terminated | inputs.truncated
       self._reward_scaler.update(rewards, done, env_ids)

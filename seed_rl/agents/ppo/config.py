@@ -138,29 +138,41 @@ class PPOConfig:
   def __post_init__(self):
     """Validates every field (one check per field, in field order).
 
-    Kept in one piece: a flat checklist that reads like the field list;
-    the shared checks live in seed_rl/common/config_checks.py.
+    The checks run group by group (`_check_*`, each a flat checklist in
+    field order); the shared checks live in seed_rl/common/config_checks.py.
     """
+    self._check_data()
+    self._check_annealing()
+    self._check_loss()
+    self._check_targets()
+    self._check_optimizer()
+    self._check_preprocessing()
+    self._check_network()
+    checks.queue_capacity(self)
 
-    def fail(message):
-      checks.fail(self, message)
-
+  def _check_data(self) -> None:
+    """Unroll and batch sizes, epochs and minibatches of an update."""
     checks.positive_ints(
       self, "unroll_length", "batch_size", "num_epochs", "num_minibatches"
     )
     steps = self.unroll_length * self.batch_size
     if self.num_minibatches > steps:
-      fail(
+      checks.fail(
+        self,
         f"num_minibatches ({self.num_minibatches}) exceeds the "
         f"{steps} transitions of an update (unroll_length * batch_size); "
-        f"some minibatches would be empty"
+        f"some minibatches would be empty",
       )
+
+  def _check_annealing(self) -> None:
+    """The learning rate and clip ratio, and the horizon they anneal over."""
     checks.positive(self, "learning_rate")
     checks.choice(self, "lr_schedule", checks.LR_SCHEDULES)
     if not 0 < self.clip_ratio < 1:
-      fail(
+      checks.fail(
+        self,
         f"clip_ratio must be in (0, 1): the ratio is clipped to "
-        f"[1 - eps, 1 + eps], got {self.clip_ratio}"
+        f"[1 - eps, 1 + eps], got {self.clip_ratio}",
       )
     if self.lr_schedule == "linear" or self.anneal_clip_ratio:
       if (
@@ -168,11 +180,15 @@ class PPOConfig:
         or isinstance(self.total_learner_steps, bool)
         or self.total_learner_steps < 1
       ):
-        fail(
+        checks.fail(
+          self,
           f"total_learner_steps must be a positive number of PPO updates "
           f"when annealing (it is the horizon where the learning rate / "
-          f"clip ratio reach 0), got {self.total_learner_steps!r}"
+          f"clip ratio reach 0), got {self.total_learner_steps!r}",
         )
+
+  def _check_loss(self) -> None:
+    """The surrogate loss: its type, the KL penalty and the value clip."""
     checks.choice(self, "loss", LOSS_TYPES)
     checks.positive(self, "kl_target", why="nats; beta is adapted around it")
     checks.positive(
@@ -181,18 +197,27 @@ class PPOConfig:
       why="beta = 0 never grows back under multiplicative adaptation",
     )
     if self.kl_cutoff_factor is not None and not self.kl_cutoff_factor > 1:
-      fail(
+      checks.fail(
+        self,
         f"kl_cutoff_factor must be > 1 (the cutoff sits above the target) "
-        f"or None, got {self.kl_cutoff_factor}"
+        f"or None, got {self.kl_cutoff_factor}",
       )
     checks.non_negative(self, "kl_cutoff_coef")
     if self.value_clip is not None and not self.value_clip > 0:
-      fail(
+      checks.fail(
+        self,
         f"value_clip must be > 0 or None; 0 would freeze the value "
-        f"function, got {self.value_clip}"
+        f"function, got {self.value_clip}",
       )
+
+  def _check_targets(self) -> None:
+    """The GAE advantages' discount and lambda."""
     checks.discount(self)
     checks.in_unit_interval(self, "gae_lambda")
+
+  def _check_optimizer(self) -> None:
+    """The loss weights and the update step: gradient clipping, Adam's
+    epsilon and the KL early stop."""
     checks.non_negative(
       self,
       "entropy_cost",
@@ -202,21 +227,28 @@ class PPOConfig:
     checks.max_grad_norm(self)
     checks.optimizer_epsilon(self, "optimizer_epsilon")
     if self.early_stop_kl is not None and not self.early_stop_kl > 0:
-      fail(
+      checks.fail(
+        self,
         f"early_stop_kl must be > 0 nats or None; 0 would stop every "
-        f"update after its first minibatch, got {self.early_stop_kl}"
+        f"update after its first minibatch, got {self.early_stop_kl}",
       )
+
+  def _check_preprocessing(self) -> None:
+    """Observation and reward clipping."""
     checks.positive(self, "observation_clip", "reward_clip")
     checks.choice(self, "reward_clipping", checks.REWARD_CLIPPING)
+
+  def _check_network(self) -> None:
+    """The Gaussian head's log std and bound handling, and the torso."""
     checks.choice(self, "log_std", _LOG_STD_MODES)
     checks.choice(self, "bound_handling", _BOUND_HANDLING)
     if not -20 < self.init_log_std < 2:
-      fail(
+      checks.fail(
+        self,
         f"init_log_std must be in (-20, 2), the clamp of the Gaussian's "
-        f"log std; got {self.init_log_std}"
+        f"log std; got {self.init_log_std}",
       )
     checks.torso_factory(self, allow_none=True)
-    checks.queue_capacity(self)
 
   @property
   def steps_per_update(self) -> int:

@@ -114,7 +114,7 @@ def adapt_kl_coef(
   return float(min(max(kl_coef, min_coef), max_coef))
 
 
-def ppo_loss(
+def ppo_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations)
   log_prob: tf.Tensor,
   behaviour_log_prob: tf.Tensor,
   advantages: tf.Tensor,

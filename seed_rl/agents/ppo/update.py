@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
-from seed_rl.agents.ppo import gae as gae_lib
+from seed_rl.agents import gae as gae_lib
 from seed_rl.agents.ppo import loss as loss_lib
 from seed_rl.agents.ppo.config import PPOConfig
 from seed_rl.common import diagnostics

@@ -12,14 +12,14 @@ and a target network synced every `target_update_period` learner steps.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from seed_rl.agents import exploration
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
-from seed_rl.agents.r2d2 import exploration
 from seed_rl.common import frames as frames_lib
 from seed_rl.agents.r2d2 import loss as loss_lib
 from seed_rl.agents.r2d2 import networks
@@ -169,6 +169,17 @@ class R2D2Agent(Agent):
       extras={Q_ACTION: q[np.arange(batch_size), action].astype(np.float32)},
       core_state=(h.numpy(), c.numpy()),
     )
+
+  def greedy_policy(self) -> Tuple[agent_api.GreedyStep, bool]:
+    """argmax of the recurrent online Q-network: `act` for evaluation rows
+    without its eval_epsilon."""
+    online, action_dtype = self._online, self.action_spec.dtype
+
+    def step(observation, prev_action, reward, done, core):
+      q, core = online.step(observation, prev_action, reward, done, core)
+      return tf.cast(tf.argmax(q, axis=-1), action_dtype), tuple(core)
+
+    return step, True
 
   def add_unrolls(self, unrolls: Unroll) -> None:
     units = self.config.lstm_units
@@ -364,10 +375,43 @@ class R2D2Agent(Agent):
     return priority_fn
 
   def _make_train_fn(self):
+    """The compiled learner step on sampled sequences (split along B over
+    the training devices when there are several)."""
+    signature = self._train_signature()
+    online = self._online
+    optimizer, step_counter = self._optimizer, self._step_counter
+    strategy = self._placement.strategy
+    loss_and_gradients = self._make_loss_and_gradients()
+    # Time-major [T+1, B] fields split along axis 1; the start core states
+    # and the weights, [B, ...], along axis 0.
+    batch_axes = (1,) * (len(signature) - 2) + (0, 0)
+
+    @tf.function(input_signature=signature)
+    def train_fn(*args):
+      """One update on the fields of loss_lib.Sequences, then weights [B];
+      -> loss, priorities [B] (in batch order), metrics."""
+      with multi_device.training_scope(strategy):
+        variables = online.trainable_variables
+        gradients, norm_gradients, metrics, priorities = (
+          multi_device.run_sharded(
+            strategy, loss_and_gradients, args, variables, batch_axes
+          )
+        )
+        learning.apply_update(
+          optimizer, gradients, variables, metrics, step_counter, norm_gradients
+        )
+        return metrics["loss/td"], priorities, metrics
+
+    return train_fn
+
+  def _train_signature(self):
+    """Input signature of the update: the fields of loss_lib.Sequences
+    (time-major [T+1, B] steps, then the start core states [B, units]),
+    then the importance weights [B]."""
     cfg = self.config
     obs_spec, act_spec = self.observation_spec, self.action_spec
     t1, b, units = cfg.unroll_length + 1, cfg.batch_size, cfg.lstm_units
-    signature = [
+    return [
       tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
       tf.TensorSpec([t1, b], act_spec.dtype),
       tf.TensorSpec([t1, b], act_spec.dtype),
@@ -378,9 +422,12 @@ class R2D2Agent(Agent):
       (tf.TensorSpec([b, units], tf.float32),) * 2,
       tf.TensorSpec([b], tf.float32),
     ]
+
+  def _make_loss_and_gradients(self):
+    """The per-shard sequence loss and its gradients (what `run_sharded`
+    runs on each device's shard of the batch)."""
+    cfg = self.config
     online, target = self._online, self._target
-    optimizer, step_counter = self._optimizer, self._step_counter
-    strategy = self._placement.strategy
 
     def loss_and_gradients(*args):
       """Gradients of the importance-weighted mean loss over these
@@ -403,27 +450,7 @@ class R2D2Agent(Agent):
       metrics["loss/td"] = loss
       return tape.gradient(loss, variables), metrics, priorities
 
-    # Time-major [T+1, B] fields split along axis 1; the start core states
-    # and the weights, [B, ...], along axis 0.
-    batch_axes = (1,) * (len(signature) - 2) + (0, 0)
-
-    @tf.function(input_signature=signature)
-    def train_fn(*args):
-      """One update on the fields of loss_lib.Sequences, then weights [B];
-      -> loss, priorities [B] (in batch order), metrics."""
-      with multi_device.training_scope(strategy):
-        variables = online.trainable_variables
-        gradients, norm_gradients, metrics, priorities = (
-          multi_device.run_sharded(
-            strategy, loss_and_gradients, args, variables, batch_axes
-          )
-        )
-        learning.apply_update(
-          optimizer, gradients, variables, metrics, step_counter, norm_gradients
-        )
-        return metrics["loss/td"], priorities, metrics
-
-    return train_fn
+    return loss_and_gradients
 
 
 def create_agent(

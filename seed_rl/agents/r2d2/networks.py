@@ -14,6 +14,7 @@ from typing import Callable, List, Sequence, Tuple
 import keras
 import tensorflow as tf
 
+from seed_rl.agents import rewards as rewards_lib
 from seed_rl.common.specs import ArraySpec
 
 State = Tuple[tf.Tensor, tf.Tensor]  # LSTM (h, c), each float32 [B, units]
@@ -73,7 +74,7 @@ class R2D2Network(keras.layers.Layer):
     """[N, *obs], [N], [N], [N] -> float32 [N, F + A + 1]."""
     features = self.torso(observation)
     one_hot = tf.one_hot(tf.cast(prev_action, tf.int32), self.num_actions)
-    reward = tf.where(done, 0.0, tf.clip_by_value(reward, -1.0, 1.0))
+    reward = tf.where(done, 0.0, rewards_lib.clip_rewards(reward, "abs_one"))
     return tf.concat(
       [tf.cast(features, tf.float32), one_hot, reward[:, None]], axis=-1
     )

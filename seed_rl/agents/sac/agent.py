@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
+from seed_rl.agents import continuous
 from seed_rl.agents import multi_device
 from seed_rl.agents import off_policy
 from seed_rl.agents.sac import loss as loss_lib
@@ -50,7 +51,7 @@ class SACAgent(off_policy.OffPolicyAgent):
     config: Optional[SACConfig] = None,
   ):
     super().__init__(observation_spec, action_spec, num_envs)
-    self.box = networks.BoxScaling(action_spec, "SAC")
+    self.box = continuous.BoxScaling(action_spec, "SAC")
     cfg = self.config = config if config is not None else SACConfig()
     self.action_size = self.box.action_size
     self.target_entropy = (
@@ -100,18 +101,18 @@ class SACAgent(off_policy.OffPolicyAgent):
       cfg.max_log_std,
       name="sac_policy",
     )
-    networks.build(self._policy, observation_spec)
-    self._critics: List[networks.QNetwork] = []
-    self._target_critics: List[networks.QNetwork] = []
+    continuous.build(self._policy, observation_spec)
+    self._critics: List[continuous.QNetwork] = []
+    self._target_critics: List[continuous.QNetwork] = []
     for i in (1, 2):
       for kind, group in (
         ("critic", self._critics),
         ("target", self._target_critics),
       ):
-        critic = networks.QNetwork(
+        critic = continuous.QNetwork(
           cfg.torso, cfg.head_hidden, name=f"sac_{kind}_{i}"
         )
-        networks.build(critic, observation_spec, self.action_size)
+        continuous.build(critic, observation_spec, self.action_size)
         group.append(critic)
     self._critic_variables = [
       v for c in self._critics for v in c.trainable_variables
@@ -146,6 +147,11 @@ class SACAgent(off_policy.OffPolicyAgent):
     return objects
 
   # ---- compiled functions ------------------------------------------------
+
+  def _greedy_action(self, observation: tf.Tensor) -> tf.Tensor:
+    """The tanh of the policy's mean (`act` for evaluation rows)."""
+    mean, _ = self._policy(observation)
+    return tf.tanh(mean)
 
   def _make_act_fn(self):
     policy, (critic_1, critic_2) = self._policy, self._critics

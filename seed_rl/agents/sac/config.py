@@ -8,8 +8,12 @@ from typing import Callable, Optional, Tuple
 import gin
 import keras
 
+from seed_rl.agents.off_policy import check_off_policy
 from seed_rl.classic.networks import mlp_torso
 from seed_rl.common import config_checks as checks
+
+# check_off_policy (shared with TD3) lived here and stays importable.
+__all__ = ["SACConfig", "check_off_policy"]
 
 
 @gin.configurable
@@ -121,54 +125,3 @@ class SACConfig:
         f"min_log_std ({self.min_log_std}) must be < max_log_std "
         f"({self.max_log_std})",
       )
-
-
-def check_off_policy(config) -> None:
-  """Checks the fields SAC and TD3 share: data/replay, discount, tau,
-  optimizer and torso."""
-  checks.positive_ints(
-    config,
-    "unroll_length",
-    "batch_size",
-    "replay_capacity",
-    "min_replay_size",
-    "n_step",
-    "policy_delay",
-  )
-  if config.unroll_length < config.n_step:
-    checks.fail(
-      config,
-      f"unroll_length ({config.unroll_length}) must be >= n_step "
-      f"({config.n_step}): an unroll of unroll_length + 1 steps overlapping "
-      f"the previous one by n_step steps would hold no new transition",
-    )
-  checks.min_replay_size(config)
-  if config.min_replay_size < config.batch_size:
-    checks.fail(
-      config,
-      f"min_replay_size ({config.min_replay_size}) must be >= batch_size "
-      f"({config.batch_size}) so the first batch is not mostly duplicates",
-    )
-  checks.positive(config, "samples_per_insert", why="0 would never train")
-  checks.rate_limiter_error_buffer(config, config.rate_limiter_error_buffer)
-  if isinstance(config.random_steps, bool) or not (
-    isinstance(config.random_steps, int) and config.random_steps >= 0
-  ):
-    checks.fail(
-      config,
-      f"random_steps must be an integer >= 0 (env steps), got "
-      f"{config.random_steps!r}",
-    )
-  checks.discount(config)
-  if not 0 < config.tau <= 1:
-    checks.fail(
-      config,
-      f"tau must be in (0, 1] (1 copies the online weights each update, 0 "
-      f"never moves the targets), got {config.tau}",
-    )
-  checks.positive(config, "learning_rate")
-  if config.actor_learning_rate is not None:
-    checks.positive(config, "actor_learning_rate")
-  checks.optimizer_epsilon(config, "optimizer_epsilon")
-  checks.max_grad_norm(config)
-  checks.torso_factory(config)

@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
+from seed_rl.agents import continuous
 from seed_rl.agents import multi_device
 from seed_rl.agents import off_policy
 from seed_rl.agents.td3 import loss as loss_lib
@@ -50,47 +51,14 @@ class TD3Agent(off_policy.OffPolicyAgent):
   ):
     super().__init__(observation_spec, action_spec, num_envs)
     cfg = self.config = config if config is not None else TD3Config()
-    self.box = networks.BoxScaling(
+    self.box = continuous.BoxScaling(
       action_spec, "DDPG" if cfg.is_ddpg else "TD3"
     )
     self.action_size = self.box.action_size
-
-    def actor(name):
-      network = networks.DeterministicPolicy(
-        cfg.torso, self.action_size, cfg.head_hidden, name=name
-      )
-      networks.build(network, observation_spec)
-      return network
-
-    def critic(name):
-      network = networks.QNetwork(cfg.torso, cfg.head_hidden, name=name)
-      networks.build(network, observation_spec, self.action_size)
-      return network
-
     self._init_placement("TD3Config")
     # Mirrored on every training device under a strategy.
     with self._training_scope():
-      self._actor = actor("td3_actor")
-      self._target_actor = actor("td3_target_actor")
-      num_critics = 2 if cfg.twin_critics else 1
-      self._critics = [
-        critic(f"td3_critic_{i + 1}") for i in range(num_critics)
-      ]
-      self._target_critics = [
-        critic(f"td3_target_critic_{i + 1}") for i in range(num_critics)
-      ]
-      self._critic_variables = [
-        v for c in self._critics for v in c.trainable_variables
-      ]
-      # Online -> target pairs, actor first: what one Polyak update moves.
-      self._online_variables = (
-        list(self._actor.trainable_variables) + self._critic_variables
-      )
-      self._target_variables = list(self._target_actor.trainable_variables) + [
-        v for c in self._target_critics for v in c.trainable_variables
-      ]
-      target_network.hard_update(self._online_variables, self._target_variables)
-
+      self._build_networks()
       self._critic_optimizer = self._adam(
         cfg.learning_rate, self._critic_variables
       )
@@ -104,6 +72,47 @@ class TD3Agent(off_policy.OffPolicyAgent):
       True: self._make_train_fn(update_actor=True),
       False: self._make_train_fn(update_actor=False),
     }
+
+  def _make_actor(self, name: str) -> networks.DeterministicPolicy:
+    """A built deterministic policy named `name`."""
+    cfg = self.config
+    network = networks.DeterministicPolicy(
+      cfg.torso, self.action_size, cfg.head_hidden, name=name
+    )
+    continuous.build(network, self.observation_spec)
+    return network
+
+  def _make_critic(self, name: str) -> continuous.QNetwork:
+    """A built Q network named `name`."""
+    cfg = self.config
+    network = continuous.QNetwork(cfg.torso, cfg.head_hidden, name=name)
+    continuous.build(network, self.observation_spec, self.action_size)
+    return network
+
+  def _build_networks(self) -> None:
+    """The actor, the critics (two with twin_critics) and their targets
+    (equal at start)."""
+    self._actor = self._make_actor("td3_actor")
+    self._target_actor = self._make_actor("td3_target_actor")
+    num_critics = 2 if self.config.twin_critics else 1
+    self._critics = [
+      self._make_critic(f"td3_critic_{i + 1}") for i in range(num_critics)
+    ]
+    self._target_critics = [
+      self._make_critic(f"td3_target_critic_{i + 1}")
+      for i in range(num_critics)
+    ]
+    self._critic_variables = [
+      v for c in self._critics for v in c.trainable_variables
+    ]
+    # Online -> target pairs, actor first: what one Polyak update moves.
+    self._online_variables = (
+      list(self._actor.trainable_variables) + self._critic_variables
+    )
+    self._target_variables = list(self._target_actor.trainable_variables) + [
+      v for c in self._target_critics for v in c.trainable_variables
+    ]
+    target_network.hard_update(self._online_variables, self._target_variables)
 
   # ---- Agent API ---------------------------------------------------------
 
@@ -137,6 +146,10 @@ class TD3Agent(off_policy.OffPolicyAgent):
     for critic in critics[1:]:
       q = tf.minimum(q, critic(observation, action))
     return q
+
+  def _greedy_action(self, observation: tf.Tensor) -> tf.Tensor:
+    """The actor's action (`act` for evaluation rows)."""
+    return self._actor(observation)
 
   def _make_act_fn(self):
     cfg = self.config

@@ -8,7 +8,7 @@ from typing import Callable, Optional, Tuple
 import gin
 import keras
 
-from seed_rl.agents.sac.config import check_off_policy
+from seed_rl.agents.off_policy import check_off_policy
 from seed_rl.classic.networks import mlp_torso
 from seed_rl.common import config_checks as checks
 

@@ -1,7 +1,9 @@
-"""TD3's networks: a deterministic tanh actor and Q critics (SAC's).
+"""TD3's networks: a deterministic tanh actor; its Q critics are the shared
+ones of seed_rl/agents/continuous.py (SAC's too).
 
 Actions inside the networks are normalised to [-1, 1]^A; the agent maps
-them to the action Box (seed_rl.agents.sac.networks.BoxScaling).
+them to the action Box (seed_rl.agents.continuous.BoxScaling). BoxScaling,
+QNetwork and build stay importable from here.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Callable, Sequence
 import keras
 import tensorflow as tf
 
-from seed_rl.agents.sac.networks import BoxScaling, QNetwork, build, dense_stack
+from seed_rl.agents.continuous import BoxScaling, QNetwork, build, dense_stack
 
 __all__ = ["BoxScaling", "DeterministicPolicy", "QNetwork", "build"]
 

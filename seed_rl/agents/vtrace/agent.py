@@ -11,6 +11,7 @@ import tensorflow as tf
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.agents import on_policy
+from seed_rl.agents import rewards as rewards_lib
 from seed_rl.agents.vtrace import loss as loss_lib
 from seed_rl.agents.vtrace import networks
 from seed_rl.agents.vtrace.config import VtraceConfig
@@ -145,6 +146,21 @@ class VtraceAgent(on_policy.QueueAgent):
       extras={BEHAVIOUR_PARAMS: params.numpy()},
       core_state=tuple(s.numpy() for s in core_state),
     )
+
+  def greedy_policy(self) -> Tuple[agent_api.GreedyStep, bool]:
+    """The mode of the policy (argmax of the logits; the unbounded Gaussian
+    mean for continuous actions), as `act` for evaluation rows; recurrent
+    with use_lstm."""
+    network, distribution = self._network, self._distribution
+    action_dtype = self.action_spec.dtype
+
+    def step(observation, prev_action, reward, done, core):
+      params, _, core = network.step(
+        observation, prev_action, reward, done, core
+      )
+      return tf.cast(distribution.mode(params)[0], action_dtype), core
+
+    return step, bool(self.config.use_lstm)
 
   def add_unrolls(self, unrolls: Unroll) -> None:
     agent_api.check_unroll(
@@ -292,7 +308,7 @@ class VtraceAgent(on_policy.QueueAgent):
           baseline,
           action,
           behaviour_params,
-          loss_lib.clip_rewards(reward, cfg.reward_clipping),
+          rewards_lib.clip_rewards(reward, cfg.reward_clipping),
           terminated,
           truncated,
           bootstrap_value,

@@ -13,62 +13,17 @@ from typing import Dict, Tuple
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents.episode_ends import transition_inputs
+from seed_rl.agents.rewards import clip_rewards
 from seed_rl.agents.vtrace import vtrace
 
-
-def transition_inputs(
-  baseline: tf.Tensor,
-  terminated: tf.Tensor,
-  truncated: tf.Tensor,
-  bootstrap_value: tf.Tensor,
-  discount: float,
-) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-  """Expresses episode ends for `vtrace_targets`.
-
-  Args:
-    baseline: [T+1, B] V(x_t) under the current parameters.
-    terminated, truncated: bool [T+1, B], flags of the transition into step t.
-    bootstrap_value: [T+1, B] value of the ended episode's final observation
-      where truncated (ignored elsewhere).
-    discount: gamma.
-
-  Returns:
-    discounts, next_values, trace_mask, each [T, B] (see vtrace.py).
-  """
-  terminated_next = tf.cast(terminated[1:], tf.bool)
-  truncated_next = tf.cast(truncated[1:], tf.bool)
-  done_next = tf.logical_or(terminated_next, truncated_next)
-  discounts = discount * (1.0 - tf.cast(terminated_next, tf.float32))
-  next_values = tf.where(
-    truncated_next,
-    tf.cast(bootstrap_value[1:], tf.float32),
-    tf.cast(baseline[1:], tf.float32),
-  )
-  trace_mask = 1.0 - tf.cast(done_next, tf.float32)
-  return discounts, next_values, trace_mask
+# transition_inputs (seed_rl/agents/episode_ends.py, shared with ACER) and
+# clip_rewards (seed_rl/agents/rewards.py, every agent's) lived here; both
+# names stay importable from this module.
+__all__ = ["clip_rewards", "impala_loss", "transition_inputs"]
 
 
-def clip_rewards(rewards: tf.Tensor, mode: str) -> tf.Tensor:
-  """Reward clipping: 'none', 'abs_one' ([-1, 1]) or 'soft_asymmetric'.
-
-  'soft_asymmetric' squashes with 5 tanh(r / 5) and scales negative rewards by
-  0.3, as in IMPALA's DMLab setup.
-  """
-  rewards = tf.cast(rewards, tf.float32)
-  if mode == "none":
-    return rewards
-  if mode == "abs_one":
-    return tf.clip_by_value(rewards, -1.0, 1.0)
-  if mode == "soft_asymmetric":
-    squeezed = tf.tanh(rewards / 5.0)
-    return tf.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
-  raise ValueError(
-    f"reward_clipping {mode!r} is unknown; allowed: 'none', "
-    f"'abs_one', 'soft_asymmetric'"
-  )
-
-
-def impala_loss(
+def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations)
   distribution,
   policy_params: tf.Tensor,
   baseline: tf.Tensor,

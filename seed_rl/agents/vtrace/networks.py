@@ -13,6 +13,7 @@ from typing import Callable, Tuple
 import keras
 import tensorflow as tf
 
+from seed_rl.agents import rewards as rewards_lib
 from seed_rl.common import distributions
 
 CoreState = Tuple[tf.Tensor, ...]
@@ -114,9 +115,7 @@ class ActorCriticNetwork(keras.layers.Layer):
       action_features = tf.reshape(
         action_features, [tf.shape(action_features)[0], -1]
       )
-      clipped_reward = tf.clip_by_value(tf.cast(reward, tf.float32), -1.0, 1.0)[
-        :, None
-      ]
+      clipped_reward = rewards_lib.clip_rewards(reward, "abs_one")[:, None]
       features = tf.concat(
         [features, action_features * not_done, clipped_reward * not_done],
         axis=-1,

@@ -1,0 +1,123 @@
+"""Machine profiles: machine settings live in seed_rl/profiles, never in an
+algorithm's gin file, and the 2-core profile gives Atari V-trace exactly the
+settings its Pong results were measured with."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import gin
+import pytest
+
+from seed_rl import gin_utils, profiles, registry
+
+# A binding's name at the start of a gin line: `Name.param = ...`.
+_BINDING = re.compile(r"^\s*([A-Za-z_][\w./]*)\s*=", re.MULTILINE)
+
+
+def _bindings(path):
+  with open(path) as f:
+    return _BINDING.findall(f.read())
+
+
+def _algorithm_gin_files():
+  files = glob.glob(
+    os.path.join(registry.PACKAGE_DIR, "**", "gin", "*.gin"), recursive=True
+  )
+  assert len(files) >= 18, files  # every domain's agents
+  return files
+
+
+@pytest.mark.parametrize(
+  "path", _algorithm_gin_files(), ids=lambda p: os.path.relpath(p)
+)
+def test_algorithm_gin_files_hold_no_machine_settings(path):
+  machine = [
+    name
+    for name in _bindings(path)
+    if any(name.endswith(setting) for setting in profiles.MACHINE_SETTINGS)
+  ]
+  assert not machine, (
+    f"{path} sets {machine}: machine settings belong in "
+    f"seed_rl/profiles/<profile>/<env>.gin"
+  )
+
+
+def test_profile_files_hold_only_machine_settings():
+  files = glob.glob(
+    os.path.join(os.path.dirname(profiles.__file__), "*", "*.gin")
+  )
+  assert len(files) >= 5
+  for path in files:
+    assert os.path.basename(os.path.dirname(path)) in profiles.PROFILES, path
+    for name in _bindings(path):
+      assert any(name.endswith(s) for s in profiles.MACHINE_SETTINGS), (
+        f"{path}: {name} is not a machine setting"
+      )
+
+
+def test_auto_picks_by_core_count_and_unknown_names_are_refused():
+  assert profiles.resolve("auto", cpu_count=2) == "local-2core"
+  assert profiles.resolve("auto", cpu_count=96) == "cluster"
+  assert profiles.resolve("cluster", cpu_count=2) == "cluster"
+  with pytest.raises(
+    ValueError, match="unknown profile 'gpu'.*local-2core, cluster"
+  ):
+    profiles.resolve("gpu")
+  assert profiles.gin_file("local-2core", "classic") is None  # nothing to set
+
+
+def _operative(profile, env, agent):
+  import importlib
+
+  for name in registry.LEARNER_GIN_MODULES:
+    importlib.import_module(name)
+  registry.env_module(env)  # as learner_main: their configurables first
+  registry.agent_module(agent)
+  from seed_rl.common.learner_config import LearnerConfig
+
+  gin.clear_config()
+  try:
+    gin_utils.parse(
+      profiles.gin_files(profile, env) + [registry.gin_file(env, agent)], []
+    )
+    return (
+      LearnerConfig(),
+      gin.query_parameter("atari.create_environment.num_threads")
+      if env == "atari" and profile == "local-2core"
+      else None,
+    )
+  finally:
+    gin.clear_config()
+
+
+def test_local_2core_gives_atari_vtrace_its_measured_settings():
+  config, ale_threads = _operative("local-2core", "atari", "vtrace")
+  # What atari/gin/vtrace.gin held for every recorded Pong result.
+  assert config.inference_batch_size == 16
+  assert (config.tf_intra_op_threads, config.tf_inter_op_threads) == (1, 2)
+  assert ale_threads == 1
+  assert config.frame_stack == 4  # the algorithm's own settings still apply
+
+
+def test_cluster_profile_leaves_threads_to_the_machine():
+  config, _ = _operative("cluster", "atari", "vtrace")
+  assert config.inference_batch_size is None
+  assert config.max_inference_batch_size == 512
+  assert config.tf_intra_op_threads is None
+  assert config.tf_inter_op_threads is None
+
+
+def test_cluster_launchers_use_the_cluster_profile():
+  root = os.path.dirname(registry.PACKAGE_DIR)
+  for path in (
+    "docker/compose.yaml",
+    "k8s/base/actors-job.yaml",
+    "k8s/base/learner-statefulset.yaml",
+  ):
+    with open(os.path.join(root, path)) as f:
+      assert "--machine_profile=cluster" in f.read(), path
+  with open(os.path.join(root, "seed_rl/cluster/vertex.py")) as f:
+    assert f.read().count('"--machine_profile"') == 2  # learner, actors
