@@ -30,6 +30,8 @@ def _random_actions(
   shape = (count, env.num_envs) + spec.shape
   if spec.is_discrete:
     return rng.integers(0, spec.num_values, shape).astype(spec.dtype)
+  if spec.minimum is None or spec.maximum is None:
+    raise ValueError(f"{spec.name}: random actions need a bounded spec")
   return rng.uniform(spec.minimum, spec.maximum, shape).astype(spec.dtype)
 
 

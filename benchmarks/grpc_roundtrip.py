@@ -21,6 +21,7 @@ import os
 import platform
 import sys
 import time
+from typing import Tuple
 
 import numpy as np
 
@@ -78,7 +79,7 @@ def _run_baseline_client(port: int, seconds: float) -> np.ndarray:
   import grpc
   from seed_rl.grpc import seed_rl_pb2, seed_rl_pb2_grpc
 
-  requests = queue.SimpleQueue()
+  requests: queue.SimpleQueue = queue.SimpleQueue()
   channel = grpc.insecure_channel(f"localhost:{port}")
   responses = seed_rl_pb2_grpc.SeedRLStub(channel).Step(
     iter(requests.get, None)
@@ -122,8 +123,12 @@ def _make_batch(first_env_id: int, k: int, obs_spec: ArraySpec) -> StepBatch:
   )
 
 
-def _run_client(args) -> np.ndarray:
-  """Steps for `seconds` after warm-up; returns round-trip times in seconds."""
+def _run_client(args) -> Tuple[np.ndarray, float]:
+  """Steps for `seconds` after warm-up.
+
+  Returns:
+    The round-trip times in seconds and the client's CPU seconds.
+  """
   kind, port, actor_id, seconds, start_at = args
   from seed_rl.grpc.client import ActorClient
 
@@ -240,6 +245,7 @@ def main() -> None:
       args=(kind, k * max(_CLIENT_COUNTS), port_queue, stop_event),
     )
     server.start()
+    assert server.pid is not None  # set by start()
     try:
       port = port_queue.get(timeout=60)
       for clients in _CLIENT_COUNTS:

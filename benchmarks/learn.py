@@ -144,6 +144,7 @@ def _run(args, seed: int) -> dict:
     text=True,
     preexec_fn=die_with_parent,
   )
+  assert proc.stdout is not None  # stdout=PIPE
   for line in proc.stdout:
     if line.startswith("SOLVED") and solved_wall is None:
       solved_wall = time.monotonic() - start

@@ -45,7 +45,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -268,7 +268,7 @@ async def _load(args) -> dict:
     for _ in range(-(-args.streams // 64))
   ]
   clock = {"done": False, "measuring": False}
-  stats = {
+  stats: Dict[str, Any] = {
     "connected": 0,
     "messages": 0,
     "latencies": [],
@@ -295,8 +295,8 @@ async def _load(args) -> dict:
   while stats["connected"] < args.streams:
     if time.monotonic() > deadline or any(t.done() for t in tasks):
       for t in tasks:
-        if t.done() and t.exception():
-          raise t.exception()
+        if t.done() and (error := t.exception()) is not None:
+          raise error
       raise RuntimeError(f"only {stats['connected']} streams connected")
     await asyncio.sleep(0.1)
   # Warm up for --warmup seconds and until every env's unroll buffers were

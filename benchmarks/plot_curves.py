@@ -20,6 +20,7 @@ import argparse
 import glob
 import os
 import sys
+from typing import Dict
 
 import numpy as np
 
@@ -28,7 +29,9 @@ def read_curve(logdir: str):
   """Returns (env_steps [N], returns [N]) from a run's event files."""
   from tensorboard.backend.event_processing import event_accumulator
 
-  steps_by_step, returns_by_step, wall_by_step = {}, {}, {}
+  steps_by_step: Dict[int, float] = {}
+  returns_by_step: Dict[int, float] = {}
+  wall_by_step: Dict[int, float] = {}
   for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents*"))):
     acc = event_accumulator.EventAccumulator(
       path, size_guidance={event_accumulator.TENSORS: 0}

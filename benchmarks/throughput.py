@@ -30,11 +30,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Dict, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-SETUPS = {
+SETUPS: Dict[str, Dict[str, Any]] = {
   "cartpole": {"env": "classic", "agent": "vtrace", "actors": 2, "k": 16},
   # Throughput-oriented Pong: the paper's batch of 32 unrolls of 20 (fewer,
   # larger updates than the learning default of atari/gin/vtrace.gin).
@@ -143,7 +144,7 @@ def system_rate(setup, seconds: float, bindings=()):
   )
   # Each actor rewrites its stats file every 5 s; keep every version so the
   # actors' figures can be taken over the learner's steady-state window.
-  history = {}
+  history: Dict[str, List[dict]] = {}
   while proc.poll() is None:
     time.sleep(1.0)
     for name in os.listdir(stats_dir) if os.path.isdir(stats_dir) else ():

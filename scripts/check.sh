@@ -5,4 +5,4 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup_env.sh
 ruff format --check seed_rl benchmarks tests scripts
 ruff check seed_rl benchmarks tests scripts
-mypy seed_rl
+mypy seed_rl tests benchmarks

@@ -41,7 +41,9 @@ from seed_rl.common.specs import ArraySpec  # noqa: E402
 
 OBS = ArraySpec((4,), "float32", "observation")
 DISCRETE = ArraySpec((), "int32", "action", num_values=3)
-BOX = ArraySpec((2,), "float32", "action", minimum=-2.0, maximum=2.0)
+BOX = ArraySpec(
+  (2,), "float32", "action", minimum=np.asarray(-2.0), maximum=np.asarray(2.0)
+)
 TWO_CPUS = ("/cpu:0", "/cpu:1")
 STEPS = 3
 

@@ -365,7 +365,9 @@ def test_config_defaults_are_sb3_a2c():
 
 OBS = ArraySpec((4,), "float32")
 DISCRETE = ArraySpec((), "int32", num_values=2)
-CONTINUOUS = ArraySpec((2,), "float32", minimum=-1.0, maximum=1.0)
+CONTINUOUS = ArraySpec(
+  (2,), "float32", minimum=np.asarray(-1.0), maximum=np.asarray(1.0)
+)
 
 
 def _config(**kwargs):

@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+from typing import List, Set
 
 import dm_env
 from dm_env import specs
@@ -67,7 +68,8 @@ def _descendants(pid: int) -> set:
           parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
       except (FileNotFoundError, ProcessLookupError, IndexError):
         pass
-  found, frontier = set(), {pid}
+  found: Set[int] = set()
+  frontier = {pid}
   while frontier:
     frontier = {p for p, parent in parents.items() if parent in frontier}
     frontier -= found
@@ -874,7 +876,7 @@ def test_subprocess_build_failure_in_one_worker_stops_the_others(capfd):
   assert "Traceback" not in capfd.readouterr().err
 
 
-_builds = []
+_builds: List[None] = []
 
 
 def make_fails_in_worker_1():

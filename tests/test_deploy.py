@@ -331,14 +331,14 @@ def _merge(base: Any, patch: Any, key: str = "") -> Any:
     return out
   if key in _MERGE_KEYS and isinstance(base, list) and isinstance(patch, list):
     field = _MERGE_KEYS[key]
-    out = list(base)
+    merged = list(base)
     for item in patch:
-      at = [i for i, b in enumerate(out) if b.get(field) == item.get(field)]
+      at = [i for i, b in enumerate(merged) if b.get(field) == item.get(field)]
       if at:
-        out[at[0]] = _merge(out[at[0]], item)
+        merged[at[0]] = _merge(merged[at[0]], item)
       else:
-        out.append(item)
-    return out
+        merged.append(item)
+    return merged
   return patch
 
 

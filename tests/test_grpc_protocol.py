@@ -240,7 +240,13 @@ def test_bool_payload_must_be_zero_or_one():
     ACT,
     ArraySpec((), "float64", "scalar"),
     ArraySpec((84, 84), "uint8", "frame"),
-    ArraySpec((3,), "float32", "torque", minimum=-1.0, maximum=[1, 2, 3]),
+    ArraySpec(
+      (3,),
+      "float32",
+      "torque",
+      minimum=np.asarray(-1.0),
+      maximum=np.asarray([1, 2, 3]),
+    ),
     ArraySpec((2,), "bool", "flags"),
   ],
 )
@@ -458,6 +464,16 @@ def _set(field, array):
   return lambda r: codec.fill_tensor(getattr(r, field), array)
 
 
+def _set_stats(episode_return, episode_length):
+  """Fills both episode statistics fields."""
+
+  def mutate(r):
+    codec.fill_tensor(r.episode_return, episode_return)
+    codec.fill_tensor(r.episode_length, episode_length)
+
+  return mutate
+
+
 def _truncate_observation(r):
   r.observation.data = r.observation.data[:-3]
 
@@ -557,10 +573,7 @@ MALFORMED_CASES = {
   ),
   # Episode statistics only for envs that ended in this step (env 9 here).
   "forged_episode_stats": (
-    lambda r: (
-      codec.fill_tensor(r.episode_return, np.full(100, 1e9, np.float32)),
-      codec.fill_tensor(r.episode_length, np.full(100, 1000, np.int32)),
-    ),
+    _set_stats(np.full(100, 1e9, np.float32), np.full(100, 1000, np.int32)),
     "episode_return: 100 entries, expected 1",
   ),
   "zero_episode_length": (

@@ -15,7 +15,7 @@ from seed_rl.common.learner import Learner, LearnerConfig
 from seed_rl.common.specs import ArraySpec, StepBatch
 from seed_rl.grpc import codec, validation
 from seed_rl.grpc.sessions import Session
-from tests.test_learner_runtime import RecordingAgent, _batch
+from test_learner_runtime import RecordingAgent, _batch
 
 
 def _learner(terminal_on_life_loss, num_train=2, num_eval=0, frame_stack=2):

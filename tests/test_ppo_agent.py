@@ -23,7 +23,9 @@ from seed_rl.common.specs import ArraySpec
 
 OBS = ArraySpec((4,), "float32", "observation")
 DISCRETE = ArraySpec((), "int32", "action", num_values=3)
-BOX = ArraySpec((2,), "float32", "action", minimum=-1.0, maximum=1.0)
+BOX = ArraySpec(
+  (2,), "float32", "action", minimum=np.asarray(-1.0), maximum=np.asarray(1.0)
+)
 
 
 def _act_inputs(observation, eval_mask=None):
@@ -429,7 +431,13 @@ def test_learns_continuous_contextual_bandit(bounds):
     (
       "mujoco",
       ArraySpec((17,), "float32", "observation"),
-      ArraySpec((6,), "float32", "action", minimum=-1.0, maximum=1.0),
+      ArraySpec(
+        (6,),
+        "float32",
+        "action",
+        minimum=np.asarray(-1.0),
+        maximum=np.asarray(1.0),
+      ),
     ),
     (
       "atari",

@@ -30,7 +30,13 @@ import launch
 
 # Pendulum-v1's specs: 3-d observation, one torque in [-2, 2].
 OBS = ArraySpec((3,), "float32", name="observation")
-ACT = ArraySpec((1,), "float32", name="action", minimum=-2.0, maximum=2.0)
+ACT = ArraySpec(
+  (1,),
+  "float32",
+  name="action",
+  minimum=np.asarray(-2.0),
+  maximum=np.asarray(2.0),
+)
 
 
 # ------------------------------------------------ NumPy reference maths ---

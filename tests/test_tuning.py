@@ -16,8 +16,8 @@ import pytest
 from seed_rl import learner_main
 from seed_rl.actors import main as actor_main
 from seed_rl.cluster import tuning
-from tests.test_deploy import REPO, SAMPLE_CLUSTER_SPEC
-from tests.test_learner_runtime import RecordingAgent, _batch
+from test_deploy import REPO, SAMPLE_CLUSTER_SPEC
+from test_learner_runtime import RecordingAgent, _batch
 
 PARAMS = [
   "VtraceConfig.learning_rate=double:1e-4:1e-3:log",

@@ -139,6 +139,16 @@ def _set_value(field, index, value):
   return mutate
 
 
+def _set_stats(episode_return, episode_length):
+  """Fills both episode statistics fields."""
+
+  def mutate(r):
+    codec.fill_tensor(r.episode_return, episode_return)
+    codec.fill_tensor(r.episode_length, episode_length)
+
+  return mutate
+
+
 # Env 9 truncated (index 1), one episode ended; expected message fragments.
 REFUSED = {
   "missing_field": (lambda r: r.ClearField("reward"), "reward: missing"),
@@ -227,10 +237,7 @@ REFUSED = {
     "episode_return: non-finite value nan at row 0",
   ),
   "forged_episode_stats": (
-    lambda r: (
-      codec.fill_tensor(r.episode_return, np.full(3, 1.0, np.float32)),
-      codec.fill_tensor(r.episode_length, np.full(3, 10, np.int32)),
-    ),
+    _set_stats(np.full(3, 1.0, np.float32), np.full(3, 10, np.int32)),
     "episode_return: 3 entries, expected 1",
   ),
   "zero_episode_length": (
@@ -238,10 +245,7 @@ REFUSED = {
     "episode_length: 0, expected >= 1",
   ),
   "episode_return_beyond_length": (
-    lambda r: (
-      codec.fill_tensor(r.episode_return, np.array([3e6], np.float32)),
-      codec.fill_tensor(r.episode_length, np.array([2], np.int32)),
-    ),
+    _set_stats(np.array([3e6], np.float32), np.array([2], np.int32)),
     "exceeds episode_length x max_abs_reward",
   ),
 }
