@@ -12,7 +12,6 @@ implementation uses.
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 
@@ -23,17 +22,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl import gin_utils
-from seed_rl import registry
 from seed_rl.agents.a2c import agent as agent_lib
 from seed_rl.agents.a2c import loss as loss_lib
 from seed_rl.agents.a2c.config import A2CConfig
 from seed_rl.classic.networks import mlp_torso
 from seed_rl.common import distributions
-from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 
 import launch
+from helpers import fake_unroll, gin_file_parsed, random_act_inputs
 
 
 # ---------------------------------------------------------------- references
@@ -381,58 +378,10 @@ def _config(**kwargs):
   return A2CConfig(**defaults)
 
 
-def _fake_unroll(action_spec, batch=4, t1=6, seed=0, reward_fn=None):
-  rng = np.random.default_rng(seed)
-  if action_spec.is_discrete:
-    action = rng.integers(0, action_spec.num_values, (batch, t1)).astype(
-      np.int32
-    )
-    extras = {}
-  else:
-    raw = rng.normal(size=(batch, t1) + action_spec.shape).astype(np.float32)
-    action = np.clip(raw, -1.0, 1.0)
-    extras = {agent_lib.RAW_ACTION: raw}
-  terminated = np.zeros((batch, t1), bool)
-  truncated = np.zeros((batch, t1), bool)
-  terminated[0, 2] = True
-  truncated[1, 3] = True
-  reward = (
-    rng.normal(size=(batch, t1)) if reward_fn is None else reward_fn(action)
-  )
-  return Unroll(
-    env_ids=np.arange(batch, dtype=np.int32),
-    observation=rng.normal(size=(batch, t1, 4)).astype(np.float32),
-    reward=reward.astype(np.float32),
-    terminated=terminated,
-    truncated=truncated,
-    bootstrap_value=np.where(truncated, 1.5, 0.0).astype(np.float32),
-    prev_action=np.zeros_like(action),
-    action=action,
-    value=np.zeros((batch, t1), np.float32),
-    extras=extras,
-    core_state=(),
-    policy_version=np.zeros((batch, t1), np.int64),
-  )
-
-
-def _act_inputs(action_spec, batch=3, eval_mask=None):
-  return ActInputs(
-    env_ids=np.arange(batch, dtype=np.int32),
-    observation=np.random.default_rng(0)
-    .normal(size=(batch, 4))
-    .astype(np.float32),
-    prev_action=np.zeros((batch,) + action_spec.shape, action_spec.dtype),
-    reward=np.zeros(batch, np.float32),
-    done=np.zeros(batch, bool),
-    core_state=(),
-    eval_mask=np.zeros(batch, bool) if eval_mask is None else eval_mask,
-  )
-
-
 @pytest.mark.parametrize("action_spec", [DISCRETE, CONTINUOUS])
 def test_agent_trains_on_fake_unrolls_with_finite_metrics(action_spec):
   agent = agent_lib.A2CAgent(OBS, action_spec, 4, _config())
-  out = agent.act(_act_inputs(action_spec))
+  out = agent.act(random_act_inputs(OBS.shape, action_spec, 3))
   assert out.action.shape == (3,) + action_spec.shape
   assert out.action.dtype == np.dtype(action_spec.dtype)
   assert out.value.shape == (3,)
@@ -440,7 +389,7 @@ def test_agent_trains_on_fake_unrolls_with_finite_metrics(action_spec):
     assert out.extras == {}
   else:
     assert out.extras[agent_lib.RAW_ACTION].shape == (3, 2)
-  agent.add_unrolls(_fake_unroll(action_spec))
+  agent.add_unrolls(fake_unroll(OBS.shape, action_spec, gaussian=True))
   metrics = agent.train_step()
   for name in (
     "loss/total",
@@ -469,7 +418,9 @@ def test_agent_trains_on_fake_unrolls_with_finite_metrics(action_spec):
 
 def test_act_is_greedy_for_eval_envs():
   agent = agent_lib.A2CAgent(OBS, CONTINUOUS, 4, _config())
-  inputs = _act_inputs(CONTINUOUS, 3, np.array([True, True, False]))
+  inputs = random_act_inputs(
+    OBS.shape, CONTINUOUS, 3, eval_mask=np.array([True, True, False])
+  )
   params, _ = agent.network(inputs.observation)
   mean = params.numpy()[:, :2]
   out = agent.act(inputs)
@@ -496,7 +447,7 @@ def test_linear_schedule_and_reward_clipping():
   )
   rates = []
   for i in range(3):
-    unroll = _fake_unroll(DISCRETE, seed=i)
+    unroll = fake_unroll(OBS.shape, DISCRETE, seed=i)
     unroll.reward[:] = 100.0  # clipped to 1: with gamma 0, R_t = 1
     agent.add_unrolls(unroll)
     metrics = agent.train_step()
@@ -510,7 +461,7 @@ def test_learns_a_bandit():
   agent = agent_lib.A2CAgent(
     OBS, DISCRETE, 4, _config(learning_rate=3e-2, entropy_cost=0.0)
   )
-  obs = _act_inputs(DISCRETE, 4)
+  obs = random_act_inputs(OBS.shape, DISCRETE, 4)
 
   def prob_one():
     params, _ = agent.network(obs.observation)
@@ -518,8 +469,11 @@ def test_learns_a_bandit():
 
   before = prob_one()
   for i in range(30):
-    unroll = _fake_unroll(
-      DISCRETE, seed=i, reward_fn=lambda a: np.roll(a == 1, 1, axis=1) * 1.0
+    unroll = fake_unroll(
+      OBS.shape,
+      DISCRETE,
+      seed=i,
+      reward_fn=lambda a: np.roll(a == 1, 1, axis=1) * 1.0,
     )
     agent.add_unrolls(unroll)
     agent.train_step()
@@ -533,11 +487,11 @@ def test_checkpoint_objects_and_stop():
   agent.stop()
   assert agent.train_step() == {}
   with pytest.raises(ValueError, match="Unroll.reward: shape"):
-    unroll = _fake_unroll(DISCRETE)
+    unroll = fake_unroll(OBS.shape, DISCRETE)
     unroll.reward = unroll.reward[:, :3]
     agent_lib.A2CAgent(OBS, DISCRETE, 4, _config()).add_unrolls(unroll)
   with pytest.raises(ValueError, match="lacks 'raw_action'"):
-    unroll = _fake_unroll(CONTINUOUS)
+    unroll = fake_unroll(OBS.shape, CONTINUOUS, gaussian=True)
     unroll.extras = {}
     agent_lib.A2CAgent(OBS, CONTINUOUS, 4, _config()).add_unrolls(unroll)
 
@@ -546,16 +500,9 @@ def test_checkpoint_objects_and_stop():
 
 
 def test_gin_file_parses_into_a_valid_config():
-  registry.check_pair("classic", "a2c")
-  registry.env_module("classic")
-  for module in registry.LEARNER_GIN_MODULES:
-    importlib.import_module(module)
-  try:
-    gin_utils.parse([registry.gin_file("classic", "a2c")], [])
+  with gin_file_parsed("classic", "a2c"):
     config = A2CConfig()
     env_id = gin.query_parameter("classic.create_environment.env_id")
-  finally:
-    gin.clear_config()
   assert env_id == "CartPole-v1"
   assert config.gae_lambda == 1.0  # n-step returns: A2C, not GAE
 

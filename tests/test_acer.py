@@ -18,7 +18,6 @@ Algorithm 2 that the implementation uses.
 
 from __future__ import annotations
 
-import importlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -29,16 +28,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl import gin_utils
-from seed_rl import registry
 from seed_rl.agents.acer import agent as agent_lib
 from seed_rl.agents.acer import loss as loss_lib
 from seed_rl.agents.acer.config import ACERConfig
 from seed_rl.classic.networks import mlp_torso
-from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 
 import launch
+from helpers import fake_unroll, gin_file_parsed, random_act_inputs
 
 
 # ---------------------------------------------------------------- references
@@ -474,48 +471,14 @@ def _config(**kwargs):
   return ACERConfig(**defaults)
 
 
-def _fake_unroll(batch=4, t1=6, seed=0, reward_fn=None):
-  rng = np.random.default_rng(seed)
-  action = rng.integers(0, 2, (batch, t1)).astype(np.int32)
-  terminated = np.zeros((batch, t1), bool)
-  truncated = np.zeros((batch, t1), bool)
-  terminated[0, 2] = True
-  truncated[1, 3] = True
-  reward = (
-    rng.normal(size=(batch, t1)) if reward_fn is None else reward_fn(action)
-  )
-  return Unroll(
-    env_ids=np.arange(batch, dtype=np.int32),
-    observation=rng.normal(size=(batch, t1, 4)).astype(np.float32),
-    reward=reward.astype(np.float32),
-    terminated=terminated,
-    truncated=truncated,
-    bootstrap_value=np.where(truncated, 1.5, 0.0).astype(np.float32),
-    prev_action=np.zeros_like(action),
-    action=action,
-    value=np.zeros((batch, t1), np.float32),
-    extras={
-      agent_lib.BEHAVIOUR_LOGITS: rng.normal(size=(batch, t1, 2)).astype(
-        np.float32
-      )
-    },
-    core_state=(),
-    policy_version=np.zeros((batch, t1), np.int64),
-  )
+def _behaviour_logits(rng, action):
+  """ACER's behaviour extras: the acting policy's logits, drawn last."""
+  logits = rng.normal(size=action.shape + (ACT.num_values,))
+  return {agent_lib.BEHAVIOUR_LOGITS: logits.astype(np.float32)}
 
 
-def _act_inputs(batch=3, eval_mask=None):
-  return ActInputs(
-    env_ids=np.arange(batch, dtype=np.int32),
-    observation=np.random.default_rng(0)
-    .normal(size=(batch, 4))
-    .astype(np.float32),
-    prev_action=np.zeros(batch, np.int32),
-    reward=np.zeros(batch, np.float32),
-    done=np.zeros(batch, bool),
-    core_state=(),
-    eval_mask=np.zeros(batch, bool) if eval_mask is None else eval_mask,
-  )
+def _fake_unroll(**kwargs):
+  return fake_unroll(OBS.shape, ACT, extras_fn=_behaviour_logits, **kwargs)
 
 
 @pytest.mark.parametrize("trust_region", [True, False])
@@ -639,7 +602,9 @@ def test_replay_draws():
 
 def test_act_samples_and_is_greedy_for_eval_envs():
   agent = agent_lib.ACERAgent(OBS, ACT, 4, _config())
-  inputs = _act_inputs(3, np.array([True, False, True]))
+  inputs = random_act_inputs(
+    OBS.shape, ACT, 3, eval_mask=np.array([True, False, True])
+  )
   logits, q = agent.network(inputs.observation)
   out = agent.act(inputs)
   assert out.action.dtype == np.int32
@@ -666,7 +631,7 @@ def test_learns_a_bandit():
     4,
     _config(learning_rate=3e-2, entropy_cost=0.0, replay_ratio=1.0),
   )
-  obs = _act_inputs(4).observation
+  obs = random_act_inputs(OBS.shape, ACT, 4).observation
 
   def prob_one():
     logits, _ = agent.network(obs)
@@ -706,16 +671,9 @@ def test_specs_checkpoint_and_stop():
 
 
 def test_gin_file_parses_into_a_valid_config():
-  registry.check_pair("classic", "acer")
-  registry.env_module("classic")
-  for module in registry.LEARNER_GIN_MODULES:
-    importlib.import_module(module)
-  try:
-    gin_utils.parse([registry.gin_file("classic", "acer")], [])
+  with gin_file_parsed("classic", "acer"):
     config = ACERConfig()
     env_id = gin.query_parameter("classic.create_environment.env_id")
-  finally:
-    gin.clear_config()
   assert env_id == "CartPole-v1"
   assert config.trust_region and config.truncation_threshold == 10.0
 

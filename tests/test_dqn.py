@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import gin
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl import gin_utils
-from seed_rl import registry
 from seed_rl.agents.dqn import agent as agent_lib
 from seed_rl.agents.dqn import networks
 from seed_rl.agents.dqn import targets
 from seed_rl.agents.dqn.config import DQNConfig
 from seed_rl.classic.networks import mlp_torso
 from seed_rl.common import transitions
-from seed_rl.common.agent_api import ActInputs, Unroll
+from seed_rl.common.agent_api import Unroll
 from seed_rl.common.specs import ArraySpec
+
+from helpers import act_inputs, checkpoint_round_trip, gin_file_parsed
 
 EPS = 1e-3
 
@@ -483,15 +481,7 @@ def test_act_epsilon_greedy_eval_and_value():
   rng = np.random.default_rng(0)
   obs = rng.normal(size=(64, 4)).astype(np.float32)
   eval_mask = np.arange(64) % 2 == 0
-  inputs = ActInputs(
-    np.arange(64, dtype=np.int32),
-    obs,
-    np.zeros(64, np.int32),
-    np.zeros(64, np.float32),
-    np.zeros(64, bool),
-    (),
-    eval_mask,
-  )
+  inputs = act_inputs(obs, ACT, eval_mask=eval_mask)
   out = agent.act(inputs)
   q = agent.online_network(obs).numpy()
   assert out.action.dtype == np.int32 and out.extras == {}
@@ -516,22 +506,18 @@ def test_checkpoint_round_trip(tmp_path):
   _fill(agent)
   for _ in range(3):
     agent.train_step()
-  path = tf.train.Checkpoint(**agent.checkpoint_objects()).save(
-    str(tmp_path / "ckpt")
+  restored = checkpoint_round_trip(
+    agent, lambda: agent_lib.DQNAgent(OBS, ACT, 2, cfg), tmp_path
   )
-  restored = agent_lib.DQNAgent(OBS, ACT, 2, cfg)
-  tf.train.Checkpoint(**restored.checkpoint_objects()).restore(
-    path
-  ).assert_consumed()
   assert int(restored.step_counter.numpy()) == 3
+  assert int(restored.checkpoint_objects()["optimizer"].iterations) == 3
+  # The restored networks compute with the restored weights.
   x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
   for net in ("online_network", "target_network"):
     np.testing.assert_allclose(
       getattr(restored, net)(x, deterministic=True).numpy(),
       getattr(agent, net)(x, deterministic=True).numpy(),
     )
-  optimizer = restored.checkpoint_objects()["optimizer"]
-  assert int(optimizer.iterations.numpy()) == 3
 
 
 class _ListTorso(keras.layers.Layer):
@@ -662,13 +648,7 @@ def test_learns_chain_mdp():
 
 @pytest.mark.parametrize("env", ["classic", "atari"])
 def test_gin_files_parse_into_a_valid_config(env):
-  registry.env_module(env)
-  for module in registry.LEARNER_GIN_MODULES:  # e.g. LearnerConfig, torsos
-    importlib.import_module(module)
-  try:
-    gin_utils.parse([registry.gin_file(env, "dqn")], [])
+  with gin_file_parsed(env, "dqn"):
     config = DQNConfig()
-  finally:
-    gin.clear_config()
   assert config.dueling and config.double_q and config.n_step == 3
   assert config.unroll_overlap == 3

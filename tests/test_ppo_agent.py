@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 import time
@@ -14,31 +13,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl import gin_utils
-from seed_rl import registry
 from seed_rl.agents.ppo import agent as agent_lib
 from seed_rl.agents.ppo.config import PPOConfig
-from seed_rl.common.agent_api import ActInputs, Unroll
+from seed_rl.common.agent_api import Unroll
 from seed_rl.common.specs import ArraySpec
+
+from helpers import act_inputs, checkpoint_round_trip, gin_file_parsed
 
 OBS = ArraySpec((4,), "float32", "observation")
 DISCRETE = ArraySpec((), "int32", "action", num_values=3)
 BOX = ArraySpec(
   (2,), "float32", "action", minimum=np.asarray(-1.0), maximum=np.asarray(1.0)
 )
-
-
-def _act_inputs(observation, eval_mask=None):
-  b = observation.shape[0]
-  return ActInputs(
-    env_ids=np.arange(b, dtype=np.int32),
-    observation=observation,
-    prev_action=np.zeros(b),
-    reward=np.zeros(b, np.float32),
-    done=np.zeros(b, bool),
-    core_state=(),
-    eval_mask=np.zeros(b, bool) if eval_mask is None else eval_mask,
-  )
 
 
 def _collect(agent, observations, reward_fn, env_ids=None, version=0):
@@ -48,7 +34,7 @@ def _collect(agent, observations, reward_fn, env_ids=None, version=0):
   actions, values, extras = [], [], {}
   rewards = np.zeros((b, t1), np.float32)
   for t in range(t1):
-    out = agent.act(_act_inputs(observations[:, t]))
+    out = agent.act(act_inputs(observations[:, t]))
     actions.append(out.action)
     values.append(out.value)
     for name, value in out.extras.items():
@@ -183,7 +169,7 @@ def test_act_outputs_and_eval_mode():
     config=PPOConfig(bound_handling="clip", init_log_std=0.5),
   )
   obs = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
-  out = agent.act(_act_inputs(obs))
+  out = agent.act(act_inputs(obs))
   assert out.action.shape == (64, 2) and out.action.dtype == np.float32
   raw = out.extras[agent_lib.RAW_ACTION]
   np.testing.assert_array_equal(out.action, np.clip(raw, -1, 1))
@@ -196,13 +182,13 @@ def test_act_outputs_and_eval_mode():
   assert out.value.shape == (64,) and out.core_state == ()
   # Evaluation rows act with the mean, repeatably.
   eval_mask = np.arange(64) % 2 == 0
-  a1 = agent.act(_act_inputs(obs, eval_mask)).action
-  a2 = agent.act(_act_inputs(obs, eval_mask)).action
+  a1 = agent.act(act_inputs(obs, eval_mask=eval_mask)).action
+  a2 = agent.act(act_inputs(obs, eval_mask=eval_mask)).action
   np.testing.assert_array_equal(a1[eval_mask], a2[eval_mask])
   assert not np.array_equal(a1[~eval_mask], a2[~eval_mask])
 
   discrete = agent_lib.PPOAgent(OBS, DISCRETE, num_envs=4)
-  out = discrete.act(_act_inputs(obs))
+  out = discrete.act(act_inputs(obs))
   assert out.action.shape == (64,) and out.action.dtype == np.int32
   assert set(out.extras) == {agent_lib.LOG_PROB}
 
@@ -256,12 +242,7 @@ def test_checkpoint_round_trip(tmp_path):
   agent = agent_lib.PPOAgent(OBS, BOX, num_envs=2, config=config)
   agent.add_unrolls(_random_unroll(agent, rng, 2))
   agent.train_step()
-  path = tf.train.Checkpoint(**agent.checkpoint_objects()).save(
-    str(tmp_path / "ckpt")
-  )
-
-  restored = agent_lib.PPOAgent(OBS, BOX, num_envs=2, config=config)
-  assert set(restored.checkpoint_objects()) == {
+  assert set(agent.checkpoint_objects()) == {
     "network",
     "optimizer",
     "step",
@@ -269,25 +250,21 @@ def test_checkpoint_round_trip(tmp_path):
     "observation_normalizer",
     "reward_scaler",
   }
-  status = tf.train.Checkpoint(**restored.checkpoint_objects()).restore(path)
-  status.assert_existing_objects_matched()
+  restored = checkpoint_round_trip(
+    agent,
+    lambda: agent_lib.PPOAgent(OBS, BOX, num_envs=2, config=config),
+    tmp_path,
+  )
   assert int(restored.step_counter.numpy()) == 1
-  for a, b in zip(_weights(agent), _weights(restored)):
-    np.testing.assert_array_equal(a, b)
+  # The optimizer's slots came back too.
+  assert len(restored._optimizer.variables) == len(agent._optimizer.variables)
   for a, b in zip(agent._optimizer.variables, restored._optimizer.variables):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  np.testing.assert_array_equal(
-    agent.observation_normalizer.mean.numpy(),
-    restored.observation_normalizer.mean.numpy(),
-  )
-  np.testing.assert_array_equal(
-    agent.reward_scaler.returns.numpy(), restored.reward_scaler.returns.numpy()
-  )
-  assert restored._kl_coef.numpy() == agent._kl_coef.numpy()
+  # The restored agent acts as the saved one (network and normalizer).
   obs = rng.normal(size=(5, 4)).astype(np.float32) * 3
   mask = np.ones(5, bool)
-  a = agent.act(_act_inputs(obs, mask))
-  b = restored.act(_act_inputs(obs, mask))
+  a = agent.act(act_inputs(obs, eval_mask=mask))
+  b = restored.act(act_inputs(obs, eval_mask=mask))
   np.testing.assert_array_equal(a.action, b.action)
   np.testing.assert_array_equal(a.value, b.value)
 
@@ -420,7 +397,7 @@ def test_learns_continuous_contextual_bandit(bounds):
   reward_fn = lambda obs, action: -np.sum((action - 0.5 * obs) ** 2, axis=-1)
   _train_bandit(agent, context_fn, reward_fn, 40, np.random.default_rng(7))
   contexts = np.array([[-1.0], [1.0]], np.float32)
-  greedy = agent.act(_act_inputs(contexts, np.ones(2, bool))).action
+  greedy = agent.act(act_inputs(contexts, eval_mask=np.ones(2, bool))).action
   np.testing.assert_allclose(greedy, 0.5 * np.repeat(contexts, 2, 1), atol=0.15)
 
 
@@ -447,15 +424,8 @@ def test_learns_continuous_contextual_bandit(bounds):
   ],
 )
 def test_gin_files_build_valid_agents(domain, observation_spec, action_spec):
-  registry.env_module(domain)
-  for module in registry.LEARNER_GIN_MODULES:
-    importlib.import_module(module)
-  gin.clear_config()
-  try:
-    gin_utils.parse([registry.gin_file(domain, "ppo")], [])
+  with gin_file_parsed(domain, "ppo"):
     agent = agent_lib.create_agent(observation_spec, action_spec, 8)
-  finally:
-    gin.clear_config()
   obs = np.zeros((2,) + observation_spec.shape, observation_spec.dtype)
-  out = agent.act(_act_inputs(obs))
+  out = agent.act(act_inputs(obs))
   assert out.action.shape == (2,) + action_spec.shape

@@ -4,7 +4,6 @@ one short run through the real learner and actors."""
 
 from __future__ import annotations
 
-import importlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -14,8 +13,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl import gin_utils
-from seed_rl import registry
 from seed_rl.agents.sac import agent as agent_lib
 from seed_rl.agents.sac import loss as loss_lib
 from seed_rl.agents.sac.config import SACConfig
@@ -26,17 +23,11 @@ from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 
 import launch
-
-
-# Pendulum-v1's specs: 3-d observation, one torque in [-2, 2].
-OBS = ArraySpec((3,), "float32", name="observation")
-ACT = ArraySpec(
-  (1,),
-  "float32",
-  name="action",
-  minimum=np.asarray(-2.0),
-  maximum=np.asarray(2.0),
-)
+from helpers import PENDULUM_ACT as ACT
+from helpers import PENDULUM_OBS as OBS
+from helpers import checkpoint_round_trip, fill, gin_file_parsed
+from helpers import pendulum_critics_agree, pendulum_unroll
+from helpers import random_act_inputs
 
 
 # ------------------------------------------------ NumPy reference maths ---
@@ -366,49 +357,11 @@ def _config(**kwargs):
   return SACConfig(**base)
 
 
-def _fake_unroll(batch=4, steps=5, seed=0):
-  """Pendulum-shaped unroll with one termination and one truncation."""
-  rng = np.random.default_rng(seed)
-  case = dict(
-    reward=rng.normal(size=(steps, batch)).astype(np.float32),
-    terminated=np.zeros((steps, batch), bool),
-    truncated=np.zeros((steps, batch), bool),
-    bootstrap_value=np.zeros((steps, batch), np.float32),
-  )
-  case["terminated"][2, 0] = True
-  case["truncated"][3, 1] = True
-  case["bootstrap_value"][3, 1] = -7.0
-  action = rng.uniform(-2, 2, size=(batch, steps, 1)).astype(np.float32)
-  unroll = _unroll(case, action)
-  unroll.observation = rng.normal(size=unroll.observation.shape).astype(
-    np.float32
-  )
-  return unroll
-
-
-def _act_inputs(batch, eval_mask=None, seed=0):
-  rng = np.random.default_rng(seed)
-  return ActInputs(
-    env_ids=np.arange(batch, dtype=np.int32),
-    observation=rng.normal(size=(batch, 3)).astype(np.float32),
-    prev_action=np.zeros((batch, 1), np.float32),
-    reward=np.zeros(batch, np.float32),
-    done=np.zeros(batch, bool),
-    core_state=(),
-    eval_mask=np.zeros(batch, bool) if eval_mask is None else eval_mask,
-  )
-
-
-def _fill(agent, rounds=2):
-  for i in range(rounds):
-    agent.add_unrolls(_fake_unroll(seed=i))
-
-
 def test_agent_trains_on_pendulum_spec_with_finite_metrics():
   agent = agent_lib.create_agent(OBS, ACT, 4)  # gin defaults (CleanRL)
   assert agent.target_entropy == -1.0
   agent = agent_lib.SACAgent(OBS, ACT, 4, _config())
-  _fill(agent)
+  fill(agent, pendulum_unroll)
   assert len(agent.replay) == 2 * 4 * 4
   metrics = agent.train_step()
   for name in (
@@ -439,7 +392,7 @@ def test_agent_trains_on_pendulum_spec_with_finite_metrics():
 
 def test_replay_holds_normalised_actions_and_truncation_bootstrap():
   agent = agent_lib.SACAgent(OBS, ACT, 4, _config())
-  unroll = _fake_unroll()
+  unroll = pendulum_unroll()
   agent.add_unrolls(unroll)
   _, items, _ = agent.replay.sample(1000)
   # Every stored action is the env action mapped from [-2, 2] to [-1, 1].
@@ -461,7 +414,7 @@ def test_replay_holds_normalised_actions_and_truncation_bootstrap():
 
 def test_targets_move_by_polyak_averaging():
   agent = agent_lib.SACAgent(OBS, ACT, 4, _config(tau=0.1))
-  _fill(agent)
+  fill(agent, pendulum_unroll)
   for critic, target in zip(agent.critics, agent.target_critics):
     for c, t in zip(critic.trainable_variables, target.trainable_variables):
       np.testing.assert_array_equal(c.numpy(), t.numpy())  # copied at start
@@ -485,17 +438,17 @@ def test_temperature_moves_towards_the_target_entropy(
   agent = agent_lib.SACAgent(
     OBS, ACT, 4, _config(target_entropy=target_entropy)
   )
-  _fill(agent)
+  fill(agent, pendulum_unroll)
   metrics = agent.train_step()
   assert np.sign(np.log(metrics["sac/temperature"])) == direction
   fixed = agent_lib.SACAgent(OBS, ACT, 4, _config(learn_temperature=False))
-  _fill(fixed)
+  fill(fixed, pendulum_unroll)
   assert fixed.train_step()["sac/temperature"] == pytest.approx(1.0)
 
 
 def test_policy_delay_skips_actor_and_temperature():
   agent = agent_lib.SACAgent(OBS, ACT, 4, _config(policy_delay=2))
-  _fill(agent)
+  fill(agent, pendulum_unroll)
   policy = lambda: [v.numpy() for v in agent.policy.trainable_variables]
   first = agent.train_step()  # step 0: critics, then 2 actor updates
   assert "loss/actor" in first
@@ -513,7 +466,7 @@ def test_policy_delay_skips_actor_and_temperature():
 def test_act_random_then_stochastic_eval_deterministic():
   agent = agent_lib.SACAgent(OBS, ACT, 64, _config(random_steps=20))
   eval_mask = np.arange(64) % 4 == 0
-  inputs = _act_inputs(64, eval_mask)
+  inputs = random_act_inputs(OBS.shape, ACT, 64, eval_mask=eval_mask)
   out = agent.act(inputs)
   assert out.action.shape == (64, 1) and out.action.dtype == np.float32
   assert out.value.shape == (64,) and np.all(np.isfinite(out.value))
@@ -530,9 +483,9 @@ def test_act_random_then_stochastic_eval_deterministic():
   )
   assert train.min() < -1.5 and train.max() > 1.5
   assert abs(train.mean()) < 0.2
-  agent.add_unrolls(_fake_unroll())  # 4 envs x 4 transitions < 20
+  agent.add_unrolls(pendulum_unroll())  # 4 envs x 4 transitions < 20
   assert agent.env_steps == 16 and agent.random_phase()
-  agent.add_unrolls(_fake_unroll(seed=1))
+  agent.add_unrolls(pendulum_unroll(seed=1))
   assert agent.env_steps == 32 and not agent.random_phase()
   # Policy phase: tanh-Gaussian samples around the mean (initial std ~ e^-1.5).
   sampled = np.stack([agent.act(inputs).action for _ in range(30)])
@@ -555,7 +508,7 @@ def test_act_value_is_the_soft_value():
   agent = agent_lib.SACAgent(
     OBS, ACT, 8, _config(min_log_std=-12.0, max_log_std=-11.0)
   )
-  inputs = _act_inputs(1)
+  inputs = random_act_inputs(OBS.shape, ACT, 1)
   many = ActInputs(
     env_ids=np.zeros(4096, np.int32),
     observation=np.repeat(inputs.observation, 4096, axis=0),
@@ -606,7 +559,7 @@ def test_learns_a_bandit():
   agent.add_unrolls(unroll)
   for _ in range(500):
     agent.train_step()
-  inputs = _act_inputs(4, np.ones(4, bool))
+  inputs = random_act_inputs(OBS.shape, ACT, 4, eval_mask=np.ones(4, bool))
   inputs.observation[:] = 0.0
   # Random weights act near 0; 500 updates bring the mean action to ~1.
   np.testing.assert_allclose(agent.act(inputs).action, 1.0, atol=0.15)
@@ -615,26 +568,16 @@ def test_learns_a_bandit():
 def test_checkpoint_round_trip(tmp_path):
   cfg = _config()
   agent = agent_lib.SACAgent(OBS, ACT, 4, cfg)
-  _fill(agent)
+  fill(agent, pendulum_unroll)
   for _ in range(3):
     agent.train_step()
-  path = tf.train.Checkpoint(**agent.checkpoint_objects()).save(
-    str(tmp_path / "ckpt")
+  restored = checkpoint_round_trip(
+    agent, lambda: agent_lib.SACAgent(OBS, ACT, 4, cfg), tmp_path
   )
-  restored = agent_lib.SACAgent(OBS, ACT, 4, cfg)
-  tf.train.Checkpoint(**restored.checkpoint_objects()).restore(
-    path
-  ).assert_consumed()
   assert int(restored.step_counter.numpy()) == 3
   assert restored.env_steps == agent.env_steps == 32
-  assert restored.log_alpha.numpy() == agent.log_alpha.numpy()
-  x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
-  a = np.zeros((5, 1), np.float32)
-  for mine, theirs in zip(
-    restored.critics + restored.target_critics,
-    agent.critics + agent.target_critics,
-  ):
-    np.testing.assert_allclose(mine(x, a).numpy(), theirs(x, a).numpy())
+  # The restored networks compute with the restored weights.
+  x = pendulum_critics_agree(restored, agent)
   np.testing.assert_allclose(
     restored.policy(x)[0].numpy(), agent.policy(x)[0].numpy()
   )
@@ -649,7 +592,7 @@ def test_stop_unblocks_train_step_and_bad_specs_are_refused():
   with pytest.raises(ValueError, match="must be bounded"):
     agent_lib.SACAgent(OBS, ArraySpec((2,), "float32"), 4, _config())
   with pytest.raises(ValueError, match="Unroll.reward: shape"):
-    unroll = _fake_unroll()
+    unroll = pendulum_unroll()
     unroll.reward = unroll.reward[:, :3]
     agent_lib.SACAgent(OBS, ACT, 4, _config()).add_unrolls(unroll)
 
@@ -659,16 +602,9 @@ def test_stop_unblocks_train_step_and_bad_specs_are_refused():
 
 @pytest.mark.parametrize("env", ["classic", "mujoco"])
 def test_gin_files_parse_into_a_valid_config(env):
-  registry.check_pair(env, "sac")
-  registry.env_module(env)
-  for module in registry.LEARNER_GIN_MODULES:
-    importlib.import_module(module)
-  try:
-    gin_utils.parse([registry.gin_file(env, "sac")], [])
+  with gin_file_parsed(env, "sac"):
     config = SACConfig()
     env_id = gin.query_parameter(f"{env}.create_environment.env_id")
-  finally:
-    gin.clear_config()
   if env == "classic":
     assert env_id == "Pendulum-v1" and config.learning_rate == 1e-3
   else:

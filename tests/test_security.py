@@ -27,9 +27,8 @@ pytestmark = [
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-  out = tmp_path_factory.mktemp("certs")
+def _make_certs(out):
+  """A CA and a learner certificate for learner.test (scripts/make_certs.sh)."""
   subprocess.run(
     [
       "bash",
@@ -41,6 +40,11 @@ def certs(tmp_path_factory):
     capture_output=True,
   )
   return out
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+  return _make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture()
@@ -62,9 +66,9 @@ def secure_server(certs):
   server.stop(0)
 
 
-def _client(port, actor_id, **kw):
+def _client(port, actor_id, host="localhost", **kw):
   return ActorClient(
-    f"localhost:{port}",
+    f"{host}:{port}",
     actor_id,
     4,
     OBS,
@@ -93,17 +97,7 @@ def test_actor_with_tls_and_token_is_served_and_others_are_refused(
   with pytest.raises(LearnerUnavailableError):
     _client(server.port, 3).connect()
   # A certificate from another CA is not trusted.
-  other = certs.parent / "other"
-  subprocess.run(
-    [
-      "bash",
-      os.path.join(ROOT, "scripts", "make_certs.sh"),
-      str(other),
-      "learner.test",
-    ],
-    check=True,
-    capture_output=True,
-  )
+  other = _make_certs(certs.parent / "other")
   with pytest.raises(LearnerUnavailableError):
     _client(
       server.port, 4, ca_file=str(other / "ca.pem"), token=token
@@ -116,20 +110,32 @@ def test_actor_with_tls_and_token_is_served_and_others_are_refused(
 
 
 def test_server_name_override_matches_the_certificate(secure_server, certs):
+  """The client checks the learner's certificate against `server_name`, not
+  the address it dials: the name the certificate was issued for is served,
+  another name is refused."""
   server, _, token = secure_server
-  client = ActorClient(
-    f"127.0.0.1:{server.port}",
+  ca_file = str(certs / "ca.pem")
+  client = _client(
+    server.port,
     0,
-    4,
-    OBS,
-    ACT,
-    connect_timeout_s=3.0,
-    security=security.ClientSecurity(
-      str(certs / "ca.pem"), token, "learner.test"
-    ),
+    host="127.0.0.1",
+    ca_file=ca_file,
+    token=token,
+    server_name="learner.test",
   )
   client.connect()
+  batch = make_batch(client.first_env_id, np.random.default_rng(0))
+  assert client.step(batch).shape == (4,)
   client.close()
+  with pytest.raises(LearnerUnavailableError):
+    _client(
+      server.port,
+      1,
+      host="127.0.0.1",
+      ca_file=ca_file,
+      token=token,
+      server_name="elsewhere.test",
+    ).connect()
 
 
 @pytest.mark.parametrize(

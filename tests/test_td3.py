@@ -5,7 +5,6 @@ learner and actors."""
 
 from __future__ import annotations
 
-import importlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -15,28 +14,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl import gin_utils
 from seed_rl import registry
 from seed_rl.agents.td3 import agent as agent_lib
 from seed_rl.agents.td3 import loss as loss_lib
 from seed_rl.agents.td3.config import TD3Config
 from seed_rl.classic.networks import mlp_torso
 from seed_rl.common import transitions
-from seed_rl.common.agent_api import ActInputs, Unroll
+from seed_rl.common.agent_api import Unroll
 from seed_rl.common.specs import ArraySpec
 
 import launch
-
-
-# Pendulum-v1's specs: 3-d observation, one torque in [-2, 2].
-OBS = ArraySpec((3,), "float32", name="observation")
-ACT = ArraySpec(
-  (1,),
-  "float32",
-  name="action",
-  minimum=np.asarray(-2.0),
-  maximum=np.asarray(2.0),
-)
+from helpers import PENDULUM_ACT as ACT
+from helpers import PENDULUM_OBS as OBS
+from helpers import checkpoint_round_trip, fill, gin_file_parsed
+from helpers import pendulum_critics_agree, pendulum_unroll
+from helpers import random_act_inputs
 
 
 # ------------------------------------------------ NumPy reference maths ---
@@ -254,51 +246,6 @@ def _config(**kwargs):
   return TD3Config(**base)
 
 
-def _fake_unroll(batch=4, steps=5, seed=0, zero_obs=False):
-  """A Pendulum-shaped unroll with one termination and one truncation."""
-  rng = np.random.default_rng(seed)
-  terminated = np.zeros((batch, steps), bool)
-  truncated = np.zeros((batch, steps), bool)
-  bootstrap = np.zeros((batch, steps), np.float32)
-  terminated[0, 2] = True
-  truncated[1, 3] = True
-  bootstrap[1, 3] = -7.0
-  action = rng.uniform(-2, 2, size=(batch, steps, 1)).astype(np.float32)
-  obs = rng.normal(size=(batch, steps, 3)).astype(np.float32)
-  return Unroll(
-    env_ids=np.arange(batch, dtype=np.int32),
-    observation=np.zeros_like(obs) if zero_obs else obs,
-    reward=rng.normal(size=(batch, steps)).astype(np.float32),
-    terminated=terminated,
-    truncated=truncated,
-    bootstrap_value=bootstrap,
-    prev_action=np.zeros_like(action),
-    action=action,
-    value=np.zeros((batch, steps), np.float32),
-    extras={},
-    core_state=(),
-    policy_version=np.zeros((batch, steps), np.int64),
-  )
-
-
-def _fill(agent, rounds=2):
-  for i in range(rounds):
-    agent.add_unrolls(_fake_unroll(seed=i))
-
-
-def _act_inputs(batch, eval_mask=None, seed=0):
-  rng = np.random.default_rng(seed)
-  return ActInputs(
-    env_ids=np.arange(batch, dtype=np.int32),
-    observation=rng.normal(size=(batch, 3)).astype(np.float32),
-    prev_action=np.zeros((batch, 1), np.float32),
-    reward=np.zeros(batch, np.float32),
-    done=np.zeros(batch, bool),
-    core_state=(),
-    eval_mask=np.zeros(batch, bool) if eval_mask is None else eval_mask,
-  )
-
-
 def _values(variables):
   return [v.numpy() for v in variables]
 
@@ -310,7 +257,7 @@ def _same(a, b):
 def test_agent_trains_on_pendulum_spec_with_finite_metrics():
   agent_lib.create_agent(OBS, ACT, 4)  # gin defaults (CleanRL)
   agent = agent_lib.TD3Agent(OBS, ACT, 4, _config())
-  _fill(agent)
+  fill(agent, pendulum_unroll)
   assert len(agent.replay) == 32
   metrics = agent.train_step()
   for name in (
@@ -339,7 +286,7 @@ def test_delayed_actor_and_target_updates():
   """Critics move every step; the actor and every target network only on
   steps divisible by policy_delay, the targets by Polyak averaging."""
   agent = agent_lib.TD3Agent(OBS, ACT, 4, _config(policy_delay=3, tau=0.2))
-  _fill(agent)
+  fill(agent, pendulum_unroll)
   actor = lambda: _values(agent.actor.trainable_variables)
   critics = lambda: _values(
     [v for c in agent.critics for v in c.trainable_variables]
@@ -372,7 +319,7 @@ def test_ddpg_one_critic_every_step():
   cfg = _config(twin_critics=False, policy_noise=0.0, policy_delay=1)
   agent = agent_lib.TD3Agent(OBS, ACT, 4, cfg)
   assert len(agent.critics) == len(agent.target_critics) == 1
-  _fill(agent)
+  fill(agent, pendulum_unroll)
   for _ in range(3):
     a0 = _values(agent.actor.trainable_variables)
     t0 = _values(agent.target_actor.trainable_variables)
@@ -385,7 +332,7 @@ def test_ddpg_one_critic_every_step():
 def test_act_exploration_noise_eval_and_value():
   agent = agent_lib.TD3Agent(OBS, ACT, 4096, _config(exploration_noise=0.1))
   eval_mask = np.arange(4096) % 2 == 0
-  inputs = _act_inputs(4096, eval_mask)
+  inputs = random_act_inputs(OBS.shape, ACT, 4096, eval_mask=eval_mask)
   inputs.observation[:] = inputs.observation[:1]  # one state for every row
   out = agent.act(inputs)
   mu = agent.actor(inputs.observation[:1]).numpy()[0]
@@ -405,12 +352,12 @@ def test_act_exploration_noise_eval_and_value():
 def test_random_steps_count_inserted_transitions():
   agent = agent_lib.TD3Agent(OBS, ACT, 4, _config(random_steps=20))
   assert agent.random_phase()
-  inputs = _act_inputs(256)
+  inputs = random_act_inputs(OBS.shape, ACT, 256)
   first = agent.act(inputs).action
   assert first.min() < -1.5 and first.max() > 1.5  # uniform over [-2, 2]
-  agent.add_unrolls(_fake_unroll())
+  agent.add_unrolls(pendulum_unroll())
   assert agent.env_steps == 16 and agent.random_phase()
-  agent.add_unrolls(_fake_unroll(seed=1))
+  agent.add_unrolls(pendulum_unroll(seed=1))
   assert agent.env_steps == 32 and not agent.random_phase()
   mu = 2.0 * agent.actor(inputs.observation).numpy()
   assert np.std(agent.act(inputs).action - mu) == pytest.approx(0.2, rel=0.2)
@@ -427,12 +374,13 @@ def test_learns_a_bandit():
     torso=lambda: mlp_torso((64, 64), "relu"),
   )
   agent = agent_lib.TD3Agent(OBS, ACT, 64, cfg)
-  unroll = _fake_unroll(batch=64, zero_obs=True)
+  unroll = pendulum_unroll(batch=64)
+  unroll.observation[:] = 0.0  # one state
   unroll.terminated[:] = True
   unroll.truncated[:] = False
   unroll.reward[:, 1:] = -((unroll.action[:, :-1, 0] - 1.0) ** 2)
   agent.add_unrolls(unroll)
-  inputs = _act_inputs(4, np.ones(4, bool))
+  inputs = random_act_inputs(OBS.shape, ACT, 4, eval_mask=np.ones(4, bool))
   inputs.observation[:] = 0.0
   for _ in range(500):
     agent.train_step()
@@ -442,25 +390,16 @@ def test_learns_a_bandit():
 def test_checkpoint_round_trip(tmp_path):
   cfg = _config()
   agent = agent_lib.TD3Agent(OBS, ACT, 4, cfg)
-  _fill(agent)
+  fill(agent, pendulum_unroll)
   for _ in range(3):
     agent.train_step()
-  path = tf.train.Checkpoint(**agent.checkpoint_objects()).save(
-    str(tmp_path / "ckpt")
+  restored = checkpoint_round_trip(
+    agent, lambda: agent_lib.TD3Agent(OBS, ACT, 4, cfg), tmp_path
   )
-  restored = agent_lib.TD3Agent(OBS, ACT, 4, cfg)
-  tf.train.Checkpoint(**restored.checkpoint_objects()).restore(
-    path
-  ).assert_consumed()
   assert int(restored.step_counter.numpy()) == 3
   assert restored.env_steps == 32
-  x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
-  a = np.zeros((5, 1), np.float32)
-  for mine, theirs in zip(
-    restored.critics + restored.target_critics,
-    agent.critics + agent.target_critics,
-  ):
-    np.testing.assert_allclose(mine(x, a).numpy(), theirs(x, a).numpy())
+  # The restored networks compute with the restored weights.
+  x = pendulum_critics_agree(restored, agent)
   for mine, theirs in (
     (restored.actor, agent.actor),
     (restored.target_actor, agent.target_actor),
@@ -483,17 +422,10 @@ def test_stop_unblocks_train_step_and_bad_specs_are_refused():
 
 
 def _parse(env, agent):
-  registry.check_pair(env, agent)
-  registry.env_module(env)
-  for module in registry.LEARNER_GIN_MODULES:
-    importlib.import_module(module)
   # The short name `ddpg` resolves to the td3 package's agent.
   assert registry.agent_module(agent) is agent_lib
-  try:
-    gin_utils.parse([registry.gin_file(env, agent)], [])
+  with gin_file_parsed(env, agent):
     return TD3Config(), gin.query_parameter(f"{env}.create_environment.env_id")
-  finally:
-    gin.clear_config()
 
 
 @pytest.mark.parametrize("env", ["classic", "mujoco"])

@@ -20,6 +20,8 @@ from seed_rl.common import distributions
 from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 
+import helpers
+
 # Queue waits block forever on a bug; fail fast instead.
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,17 +42,14 @@ def small_config(**overrides):
 
 
 def act_inputs(agent, observation, eval_mask=None, core_state=None):
-  batch = observation.shape[0]
-  return ActInputs(
-    env_ids=np.arange(batch, dtype=np.int32),
-    observation=observation.astype(np.float32),
-    prev_action=np.zeros([batch], np.int32),
-    reward=np.zeros([batch], np.float32),
-    done=np.zeros([batch], bool),
-    core_state=(
-      agent.initial_core_state(batch) if core_state is None else core_state
-    ),
-    eval_mask=(np.zeros([batch], bool) if eval_mask is None else eval_mask),
+  """helpers.act_inputs starting from the agent's initial core state."""
+  if core_state is None:
+    core_state = agent.initial_core_state(len(observation))
+  return helpers.act_inputs(
+    observation.astype(np.float32),
+    ACTION_SPEC,
+    eval_mask=eval_mask,
+    core_state=core_state,
   )
 
 
@@ -288,28 +287,23 @@ def test_checkpoint_round_trip(tmp_path):
   rng = np.random.default_rng(6)
   agent.add_unrolls(make_unroll(agent, 4, rng))
   agent.train_step()
-  objects = agent.checkpoint_objects()
-  assert set(objects) == {"network", "optimizer", "step"}
-  path = tf.train.Checkpoint(**objects).save(str(tmp_path / "ckpt"))
+  assert set(agent.checkpoint_objects()) == {"network", "optimizer", "step"}
   saved_weights = weights(agent)
-  saved_iterations = int(agent.checkpoint_objects()["optimizer"].iterations)
   obs = rng.normal(size=[3, 4])
   saved_logits = agent.act(act_inputs(agent, obs)).extras["logits"]
 
-  agent.add_unrolls(make_unroll(agent, 4, rng))
-  agent.train_step()
-  assert not np.allclose(weights(agent)[0], saved_weights[0])
+  def train_on():
+    agent.add_unrolls(make_unroll(agent, 4, rng))
+    agent.train_step()
+    assert not np.allclose(weights(agent)[0], saved_weights[0])
 
-  fresh = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config())
-  tf.train.Checkpoint(**fresh.checkpoint_objects()).restore(
-    path
-  ).assert_consumed()
-  for restored, saved in zip(weights(fresh), saved_weights):
-    np.testing.assert_array_equal(restored, saved)
-  assert int(fresh.step_counter.numpy()) == 1
-  assert int(fresh.checkpoint_objects()["optimizer"].iterations) == (
-    saved_iterations
+  fresh = helpers.checkpoint_round_trip(
+    agent,
+    lambda: VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config()),
+    tmp_path,
+    after_save=train_on,
   )
+  assert int(fresh.step_counter.numpy()) == 1
   np.testing.assert_allclose(
     fresh.act(act_inputs(fresh, obs)).extras["logits"], saved_logits, rtol=1e-6
   )
@@ -340,7 +334,7 @@ def test_continuous_actions():
   agent = VtraceAgent(
     OBS_SPEC, action_spec, 2, small_config(batch_size=2, queue_capacity=2)
   )
-  out = agent.act(act_inputs_continuous(np.ones([2, 4])))
+  out = agent.act(helpers.act_inputs(np.ones([2, 4], np.float32), action_spec))
   assert out.action.shape == (2, 2) and out.action.dtype == np.float32
   assert out.extras["logits"].shape == (2, 4)  # mean and log std
   t1 = agent.unroll_length + 1
@@ -380,19 +374,6 @@ def test_policy_distribution_ignores_box_bounds():
     policy_distribution(ArraySpec((2,), "int32", num_values=3))
   with pytest.raises(ValueError, match="continuous actions must be float"):
     policy_distribution(ArraySpec((2, 2), "float32"))
-
-
-def act_inputs_continuous(observation):
-  batch = observation.shape[0]
-  return ActInputs(
-    np.arange(batch, dtype=np.int32),
-    observation.astype(np.float32),
-    np.zeros([batch, 2], np.float32),
-    np.zeros([batch], np.float32),
-    np.zeros([batch], bool),
-    (),
-    np.zeros([batch], bool),
-  )
 
 
 def test_create_agent_reads_gin():

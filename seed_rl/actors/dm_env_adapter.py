@@ -76,10 +76,6 @@ class DmEnvAdapter(gym.Env):
     self.action_space = space_from_dm_spec(self._action_spec, "action")
     self._needs_reset = True
 
-  @property
-  def dm_environment(self) -> dm_env.Environment:
-    return self._env
-
   def _observation(self, observation) -> np.ndarray:
     return np.asarray(observation, self.observation_space.dtype).reshape(
       self.observation_space.shape

@@ -505,16 +505,6 @@ class RateLimiter:
   def num_sampled(self) -> int:
     return self._sampled
 
-  @property
-  def insert_wait_seconds(self) -> float:
-    """Total time spent in await_insert (acting throttled by training)."""
-    return self._insert_wait_s
-
-  @property
-  def sample_wait_seconds(self) -> float:
-    """Total time spent in await_sample (training starved for data)."""
-    return self._sample_wait_s
-
   def metrics(self) -> Dict[str, float]:
     with self._cond:
       return {

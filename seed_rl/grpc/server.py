@@ -20,12 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Optional, Protocol
+from typing import Optional
 
 import grpc
-import numpy as np
 
-from seed_rl.common.specs import ArraySpec, StepBatch
+from seed_rl.common.specs import ArraySpec
 from seed_rl.grpc import protocol
 from seed_rl.grpc import validation
 from seed_rl.grpc.security import ServerSecurity
@@ -51,14 +50,6 @@ MAX_PENDING_RPCS_PER_PEER = 128
 # gRPC's own concurrency limit leaves this many slots beyond the established
 # and pending calls for calls being refused (no token, evicted) meanwhile.
 _TRANSIENT_RPCS = 128
-
-
-class StepHandler(Protocol):
-  """What the server calls; `on_disconnect(first_env_id, num_envs)` and
-  `submit(batch, on_done)` optional (see servicer.py)."""
-
-  def step(self, batch: StepBatch) -> np.ndarray:
-    """Returns actions [K, *action_shape] for `batch` (blocking, thread-safe)."""
 
 
 class LearnerServer:

@@ -128,10 +128,6 @@ class DQNAgent(Agent):
   def replay(self) -> replay_lib.PrioritizedReplay:
     return self._data.replay
 
-  @property
-  def rate_limiter(self) -> replay_lib.RateLimiter:
-    return self._data.limiter
-
   def epsilon(self, learner_step: Optional[int] = None) -> float:
     """Exploration epsilon, linear in learner steps."""
     cfg = self.config

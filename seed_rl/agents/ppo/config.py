@@ -249,8 +249,3 @@ class PPOConfig:
         f"log std; got {self.init_log_std}",
       )
     checks.torso_factory(self, allow_none=True)
-
-  @property
-  def steps_per_update(self) -> int:
-    """Transitions per PPO update (batch_size * unroll_length)."""
-    return self.batch_size * self.unroll_length
