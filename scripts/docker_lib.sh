@@ -63,6 +63,16 @@ ensure_base_image() {  # sets PYTHON_IMAGE to a base image that exists
     ln -sf python3 "$rootfs/usr/bin/python"
     ln -sf pip3 "$rootfs/usr/bin/pip"
     rm -f "$rootfs"/usr/lib/python3*/EXTERNALLY-MANAGED
+    # A host behind a TLS-intercepting proxy trusts extra CAs (Debian keeps
+    # local ones in /usr/local/share/ca-certificates): the stand-in trusts
+    # them too, and pip uses the system store, or no package installs.
+    if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+      log "stand-in trusts the host's local CAs: $(cd /usr/local/share/ca-certificates && echo *.crt)"
+      cp /usr/local/share/ca-certificates/*.crt "$rootfs/usr/local/share/ca-certificates/"
+      chroot "$rootfs" update-ca-certificates >>"$WORK/debootstrap.log" 2>&1 \
+        || fail "update-ca-certificates in the stand-in"
+      printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' >"$rootfs/etc/pip.conf"
+    fi
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
     tar -C "$rootfs" -c . | docker import - "$PYTHON_IMAGE" >/dev/null \
       || fail "docker import of the stand-in base"
