@@ -276,8 +276,12 @@ class OffPolicyAgent(Agent):
     return step, False
 
   def _greedy_action(self, observation: tf.Tensor) -> tf.Tensor:
-    """The deterministic action [B, A] in [-1, 1] (TensorFlow ops)."""
-    raise NotImplementedError
+    """The deterministic action [B, A] in [-1, 1] (TensorFlow ops); each
+    agent on this base defines it (SAC: tanh of the mean; TD3: the actor)."""
+    raise NotImplementedError(
+      f"{type(self).__name__} must define _greedy_action(observation) for "
+      f"greedy_policy() (seed_rl.export)"
+    )
 
   def _checkpoint_critics(self) -> Dict[str, Any]:
     """Step, random-phase counter and every critic; replay contents are not
