@@ -424,12 +424,17 @@ def _serve(
   try:
     reason = learner.run(stop)
   finally:
-    # A finished run answers every stream's next message with "finished"
-    # (the actor exits 0). The server refuses new calls now but gives the
-    # open streams up to FINISH_GRACE_S to send that message: a fixed short
-    # wait cut off actors whose step was slower, and they then waited
-    # forever for a learner that would never come back.
-    server.stop(FINISH_GRACE_S if learner.finished else 0)
+    # A finished run answers every stream's next message, and every Hello,
+    # with "finished" (the actor exits 0), and stays up until each actor
+    # was told or FINISH_GRACE_S passed. Stopping at once cut off actors
+    # whose step was slower, or that were reconnecting (a backoff pause
+    # after a learner restart): they then waited for a learner that would
+    # never come back.
+    if learner.finished:
+      server.wait_until_told_finished(
+        args.num_actors + args.num_eval_actors, FINISH_GRACE_S
+      )
+    server.stop(1.0 if learner.finished else 0)
   return reason
 
 

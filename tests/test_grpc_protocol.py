@@ -22,6 +22,7 @@ from seed_rl.grpc import seed_rl_pb2_grpc
 from seed_rl.grpc.client import (
   ActorClient,
   LearnerError,
+  LearnerFinished,
   LearnerUnavailableError,
   ProtocolError,
   SpecMismatchError,
@@ -799,6 +800,39 @@ def test_client_waits_for_learner_and_survives_restart():
     )
   finally:
     client.close()
+    learner.stop()
+
+
+def test_finished_learner_tells_reconnecting_actors_at_hello():
+  """An actor that was between streams when training ended (reconnecting
+  after a learner restart) hears it at its next Hello and stops; the
+  learner counts who was told, to know when it may exit."""
+  handler = ArgmaxHandler()
+  learner = LearnerServer("localhost:0", OBS, ACT, TOTAL, handler)
+  learner.start()
+  address = f"localhost:{learner.port}"
+  try:
+    on_stream = ActorClient(address, 0, K, OBS, ACT, connect_timeout_s=5)
+    on_stream.connect()
+    handler.finished = True
+    # Nobody told yet: the wait ends at its timeout.
+    start = time.monotonic()
+    assert learner.wait_until_told_finished(2, timeout_s=0.3) == 0
+    assert time.monotonic() - start >= 0.3
+    away = ActorClient(address, 1, K, OBS, ACT, connect_timeout_s=5)
+    with pytest.raises(LearnerFinished, match="training is over"):
+      away.connect()
+    away.close()
+    assert learner.wait_until_told_finished(1, timeout_s=5) == 1
+    # Actor 0's stream is still open (this handler serves after finishing,
+    # a Learner refuses with "finished"); its own Hello counts it too.
+    on_stream.close()
+    again = ActorClient(address, 0, K, OBS, ACT, connect_timeout_s=5)
+    with pytest.raises(LearnerFinished):
+      again.connect()
+    again.close()
+    assert learner.wait_until_told_finished(2, timeout_s=5) == 2
+  finally:
     learner.stop()
 
 

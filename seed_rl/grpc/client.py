@@ -269,6 +269,8 @@ class ActorClient:
         )
       except grpc.RpcError as e:
         now = time.monotonic()
+        if _reason(e) == protocol.REASON_LEARNER_FINISHED:
+          raise LearnerFinished(e.details()) from None
         if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED or refusal is None:
           refusal = e
         if e.code() not in _RETRIABLE_HELLO_CODES and not _learner_busy(e):

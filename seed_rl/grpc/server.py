@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from typing import Optional
 
 import grpc
@@ -183,6 +184,21 @@ class LearnerServer:
   def silent_streams_ended(self) -> int:
     """Step streams ended for silence (silent_timeout_s)."""
     return self._servicer.silent_streams_ended if self._servicer else 0
+
+  def wait_until_told_finished(self, num_actors: int, timeout_s: float) -> int:
+    """After training ended (the handler's `finished` is set): keeps serving
+    until `num_actors` distinct actor ids were told so, on their stream or
+    at a Hello, or `timeout_s` passed; returns how many were told.
+
+    An actor that was reconnecting when training ended (a backoff pause,
+    a learner restart) is not on a stream to hear it; it hears it at its
+    next Hello, at most the client's backoff cap (5 s) later."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+      told = len(self._servicer.told_finished) if self._servicer else 0
+      if told >= num_actors or time.monotonic() >= deadline:
+        return told
+      time.sleep(0.05)
 
   def start(self) -> int:
     """Binds and starts serving on the event loop thread; returns the port."""

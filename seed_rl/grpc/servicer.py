@@ -43,7 +43,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -235,6 +235,9 @@ class Servicer:
     self.idle_rpcs_cancelled = 0
     self.silent_streams_ended = 0
     self.busy_refusals = 0
+    # Actor ids told that training is over (by Hello or on their stream):
+    # a finished learner stays up until all its actors know (learner_main).
+    self.told_finished: Set[int] = set()
     self._max_workers = max_workers
     self._admission = _Admission(max_pending_rpcs, max_pending_rpcs_per_peer)
     # Step streams past their first message (a Hello is refused when they
@@ -420,10 +423,19 @@ class Servicer:
         ),
       )
     try:
+      request = _parse(seed_rl_pb2.HelloRequest, request)
+      if getattr(self._handler, "finished", False):
+        # An actor that was away (reconnecting) when training ended learns
+        # it here and exits, instead of waiting for a learner that is gone.
+        self.told_finished.add(request.actor_id)
+        raise Rejection(
+          grpc.StatusCode.UNAVAILABLE,
+          "training is over; the learner is exiting",
+          protocol.REASON_LEARNER_FINISHED,
+        )
       busy = self._busy()
       if busy is not None:
         raise busy
-      request = _parse(seed_rl_pb2.HelloRequest, request)
       self._check_hello(request)
       session = self.registry.open(request.actor_id, request.num_envs)
     except Rejection as rejection:
@@ -522,6 +534,8 @@ class Servicer:
     except ValueError as e:  # the handler refused the batch's contents
       raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
     except errors.ServiceStopping as e:
+      if e.finished:
+        self.told_finished.add(session.actor_id)
       raise Rejection(
         grpc.StatusCode.UNAVAILABLE,
         str(e),
