@@ -21,7 +21,11 @@ ensure_docker() {  # a client and an answering daemon, or skip
       || skip "no Docker daemon answers and dockerd cannot be installed"
     [[ $EUID -eq 0 ]] || skip "no Docker daemon answers and starting one needs root"
     log "starting dockerd (vfs storage; log: $WORK/dockerd.log)"
-    dockerd --storage-driver=vfs >"$WORK/dockerd.log" 2>&1 &
+    # In its own session: a script's background jobs share its process
+    # group, so the terminal's Ctrl-C reached dockerd too, which then
+    # stopped every container and exited before the script could remove
+    # them (they were left behind, stopped).
+    setsid dockerd --storage-driver=vfs >"$WORK/dockerd.log" 2>&1 &
     DOCKERD_PID=$!
     for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
     docker info >/dev/null 2>&1 \

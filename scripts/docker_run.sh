@@ -24,6 +24,8 @@ prefix="seed-rl-$$"
 containers=()
 cleanup() {
   local rc=$?
+  # A second Ctrl-C must not cut the cleanup short (containers left behind).
+  trap '' INT TERM
   if [[ ${#containers[@]} -gt 0 ]]; then
     # The learner first, with time to write its final checkpoint.
     docker stop -t 60 "${containers[0]}" >/dev/null 2>&1
