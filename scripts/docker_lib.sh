@@ -51,6 +51,7 @@ ensure_base_image() {  # sets PYTHON_IMAGE to a base image that exists
     return
   fi
   log "$PYTHON_IMAGE cannot be pulled: a stand-in from Debian packages"
+  local wanted="$PYTHON_IMAGE"
   PYTHON_IMAGE="seed-rl-base:bookworm"
   if ! docker image inspect "$PYTHON_IMAGE" >/dev/null 2>&1; then
     command -v debootstrap >/dev/null || apt_install debootstrap \
@@ -61,7 +62,7 @@ ensure_base_image() {  # sets PYTHON_IMAGE to a base image that exists
     log "debootstrap bookworm from $mirror (log: $WORK/debootstrap.log)"
     debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
       bookworm "$rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 \
-      || fail "debootstrap: $(tail -3 "$WORK/debootstrap.log" | tr '\n' ' ')"
+      || skip "no base image: $wanted cannot be pulled and debootstrap could not fetch Debian from $mirror ($(tail -2 "$WORK/debootstrap.log" | tr '\n' ' '))"
     # What the python image offers: `python` and `pip` on PATH, pip allowed
     # to install into the system Python (PEP 668's marker removed).
     ln -sf python3 "$rootfs/usr/bin/python"

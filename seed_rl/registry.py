@@ -31,6 +31,8 @@ ENVS = {
   "atari": "seed_rl.atari",
   "mujoco": "seed_rl.mujoco",
   "synthetic": "seed_rl.synthetic",
+  # Optional: scripts/install_football.sh installs gfootball.
+  "football": "seed_rl.football",
 }
 # short name -> agent package (agent.py with create_agent)
 AGENTS = {
