@@ -124,6 +124,10 @@ docker logs -f "$prefix-learner" &
 logs_pid=$!
 rc=$(docker wait "$prefix-learner")
 wait "$logs_pid" 2>/dev/null
+if [[ -z "$rc" ]]; then  # Ctrl-C interrupted `docker wait` itself
+  log "interrupted: stopping every container"
+  exit 130
+fi
 if [[ "$rc" != 0 ]]; then  # actors would wait for a learner that is gone
   log "learner exit $rc: stopping the actors"
   exit "$rc"

@@ -24,7 +24,9 @@ source "$ROOT/scripts/setup_env.sh"
 PY="$ROOT/.venv/bin/python"
 say() { echo "[football] $*" >&2; }
 
-if "$PY" -c "import gfootball_engine, gfootball.env" >/dev/null 2>&1; then
+# gfootball imports `gym`: only through seed_rl's compatibility layer.
+installed() { "$PY" -c "from seed_rl.football import env; env.import_gfootball()" >/dev/null 2>&1; }
+if installed; then
   say "gfootball is installed"
   exit 0
 fi
@@ -78,6 +80,5 @@ say "installing the gfootball package with that engine"
 GFOOTBALL_USE_PREBUILT_SO=1 "$PY" -m pip install -q --no-deps --no-build-isolation "$SRC" >&2
 # gfootball's own imports, beyond seed_rl's pins (its `gym` is gym_compat).
 "$PY" -m pip install -q -c "$ROOT/constraints.txt" six opencv-python-headless absl-py >&2
-"$PY" -c "from seed_rl.football import env; env.import_gfootball()" \
-  || { say "error: gfootball installed but does not import"; exit 1; }
+installed || { say "error: gfootball installed but does not import"; exit 1; }
 say "gfootball $VERSION installed"
