@@ -11,7 +11,11 @@ same learner step), their mean and their min-max band. With --labels, one
 name per logdir: logdirs that share a name are one group (its mean and
 min-max band), a name used once is a plain line, e.g.
 --labels "PPO,PPO,PPO,V-trace,V-trace,V-trace". --x both adds a panel
-against wall-clock minutes. Needs the `bench` extra (matplotlib).
+against wall-clock minutes. --reference "NAME:X=Y,X=Y,..." (repeatable)
+marks a published curve's points on the agent-steps panel, e.g. CleanRL's
+PPO at matched agent steps:
+--reference "CleanRL PPO:2e6=530,4e6=660,5e6=760". Needs the `bench`
+extra (matplotlib).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import argparse
 import glob
 import os
 import sys
-from typing import Dict
+from typing import Dict, Tuple
 
 import numpy as np
 
@@ -62,7 +66,27 @@ def tf_make_ndarray(proto):
   return tensor_util.make_ndarray(proto)
 
 
-def main(argv=None) -> int:
+def parse_reference(text: str) -> Tuple[str, np.ndarray, np.ndarray]:
+  """ "NAME:X=Y,X=Y" -> (NAME, xs [N], ys [N]); a clear error otherwise."""
+  name, sep, points = text.rpartition(":")
+  if not sep or not name:
+    raise ValueError(f"--reference {text!r}: expected NAME:X=Y,X=Y,...")
+  xs, ys = [], []
+  for point in points.split(","):
+    x, eq, y = point.partition("=")
+    try:
+      if not eq:
+        raise ValueError(point)
+      xs.append(float(x))
+      ys.append(float(y))
+    except ValueError:
+      raise ValueError(
+        f"--reference {text!r}: point {point!r} is not X=Y (numbers)"
+      ) from None
+  return name, np.array(xs), np.array(ys)
+
+
+def _parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )
@@ -78,7 +102,23 @@ def main(argv=None) -> int:
   p.add_argument(
     "--x", choices=("env_steps", "minutes", "both"), default="env_steps"
   )
+  p.add_argument(
+    "--reference",
+    action="append",
+    default=[],
+    help='a published curve, "NAME:X=Y,X=Y,..." (agent steps = return), '
+    "drawn as markers on the agent-steps panel; repeatable",
+  )
+  return p
+
+
+def main(argv=None) -> int:
+  p = _parser()
   args = p.parse_args(argv)
+  try:
+    references = [parse_reference(r) for r in args.reference]
+  except ValueError as e:
+    p.error(str(e))
   labels = args.labels.split(",") if args.labels else None
   if labels is not None and len(labels) != len(args.logdirs):
     p.error(f"--labels has {len(labels)} names for {len(args.logdirs)} logdirs")
@@ -128,6 +168,9 @@ def main(argv=None) -> int:
       ax.fill_between(
         grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2
       )
+    if panel == "env_steps":
+      for ref_name, xs, ys in references:
+        ax.plot(xs, ys, "o--", lw=1, ms=4, label=ref_name)
     ax.set_xlabel(
       "agent steps"
       if panel == "env_steps"

@@ -128,7 +128,7 @@ def fake_unroll(
   action, raw = _random_actions(rng, action_spec, (batch, t1), gaussian)
   extras: Dict[str, Any] = {}
   if gaussian and not action_spec.is_discrete:
-    from seed_rl.agents.on_policy import RAW_ACTION  # imports TensorFlow
+    from seed_rl.agents.queue_fed import RAW_ACTION  # imports TensorFlow
 
     extras[RAW_ACTION] = raw
   terminated = np.zeros((batch, t1), bool)

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 
@@ -88,3 +90,21 @@ def test_plot_curves_draws_groups_from_several_logdirs(tmp_path):
     timeout=120,
   )
   assert bad.returncode == 2 and "--labels has 2 names" in bad.stderr
+
+
+def test_plot_curves_reference_points_parse_or_name_the_bad_point():
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  try:
+    import plot_curves
+  finally:
+    sys.path.pop(0)
+  name, xs, ys = plot_curves.parse_reference("CleanRL PPO:2e6=530,4e6=660")
+  assert name == "CleanRL PPO"
+  assert xs.tolist() == [2e6, 4e6] and ys.tolist() == [530.0, 660.0]
+  for bad, words in (
+    ("2e6=530", "expected NAME:X=Y"),
+    ("ref:2e6=530,4e6", "'4e6' is not X=Y"),
+    ("ref:a=b", "'a=b' is not X=Y"),
+  ):
+    with pytest.raises(ValueError, match=words):
+      plot_curves.parse_reference(bad)

@@ -402,7 +402,8 @@ def np_log_softmax(logits):
   return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
 
 
-def test_impala_loss_matches_numpy_reference():
+@pytest.mark.parametrize("normalize", [False, True])
+def test_impala_loss_matches_numpy_reference(normalize):
   rng = np.random.default_rng(7)
   num_steps, batch, num_actions = 6, 4, 3
   gamma, value_cost, entropy_cost = 0.9, 0.5, 0.02
@@ -429,6 +430,7 @@ def test_impala_loss_matches_numpy_reference():
     discount=gamma,
     value_cost=value_cost,
     entropy_cost=entropy_cost,
+    normalize_advantage=normalize,
   )
 
   log_pi = np_log_softmax(logits)[:-1]
@@ -440,6 +442,9 @@ def test_impala_loss_matches_numpy_reference():
   vs, adv = reference_from_flags(
     log_rhos, reward, terminated, truncated, bootstrap, values, gamma
   )
+  np.testing.assert_allclose(metrics["advantage/std"], adv.std(), rtol=1e-4)
+  if normalize:  # over all T x B advantages, population std (as PPO)
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
   policy = -np.mean(picked * adv)
   baseline = value_cost * 0.5 * np.mean((vs - values[:-1]) ** 2)
   entropy = np.mean(-(np.exp(log_pi) * log_pi).sum(-1))

@@ -135,8 +135,10 @@ def test_act_shapes_dtypes_and_greedy_eval():
     )
 
 
-def test_train_steps_are_finite_and_change_weights():
-  agent = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config())
+@pytest.mark.parametrize("normalize", [False, True])
+def test_train_steps_are_finite_and_change_weights(normalize):
+  config = small_config(normalize_advantages=normalize)
+  agent = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, config)
   rng = np.random.default_rng(1)
   before = weights(agent)
   for _ in range(2):

@@ -10,7 +10,7 @@ one gradient step of loss.a2c_loss on them, in one compiled graph call.
 Continuous actions: the Gaussian's raw sample (before clip / tanh) is stored
 in the unroll as extras['raw_action'], so the loss re-evaluates exactly the
 density the action was drawn from (see common/distributions.py). The queue,
-raw-action plumbing and checkpoint are shared with PPO (agents/on_policy.py);
+raw-action plumbing and checkpoint are shared with PPO (agents/queue_fed.py);
 the update step with every agent (agents/learning.py).
 
 With LearnerConfig.training_devices the update is data parallel
@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
-from seed_rl.agents import on_policy
+from seed_rl.agents import queue_fed
 from seed_rl.agents import rewards as rewards_lib
 from seed_rl.agents.a2c import loss as loss_lib
 from seed_rl.agents.a2c import networks
@@ -40,14 +40,14 @@ from seed_rl.common.specs import ArraySpec
 
 # Name in ActOutputs.extras / Unroll.extras (continuous actions only):
 # float32 [B, D] the Gaussian sample before clip / tanh.
-RAW_ACTION = on_policy.RAW_ACTION
+RAW_ACTION = queue_fed.RAW_ACTION
 
 # Trains on several devices when LearnerConfig.training_devices is set (see
 # seed_rl/common/devices.py and seed_rl/agents/multi_device.py).
 SUPPORTS_TRAINING_DEVICES = True
 
 
-class A2CAgent(on_policy.RawActionAgent):
+class A2CAgent(queue_fed.RawActionAgent):
   """Synchronous advantage actor-critic on a bounded unroll queue."""
 
   def __init__(
@@ -111,7 +111,7 @@ class A2CAgent(on_policy.RawActionAgent):
       return {}
     batch, policy_lag = taken
     metrics = self._train_fn(*self._transition_batch(batch))
-    return on_policy.step_result(
+    return queue_fed.step_result(
       metrics, policy_lag, t * self.config.batch_size
     )
 

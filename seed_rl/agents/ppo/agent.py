@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
-from seed_rl.agents import on_policy
+from seed_rl.agents import queue_fed
 from seed_rl.agents import rewards as rewards_lib
 from seed_rl.agents.ppo import loss as loss_lib
 from seed_rl.agents.ppo import networks
@@ -51,7 +51,7 @@ from seed_rl.common.specs import ArraySpec
 
 # Names in ActOutputs.extras / Unroll.extras.
 LOG_PROB = "log_prob"  # float32 [B] log mu(a|s) of the raw action.
-RAW_ACTION = on_policy.RAW_ACTION  # float32 [B, D] sample before clip/tanh.
+RAW_ACTION = queue_fed.RAW_ACTION  # float32 [B, D] sample before clip/tanh.
 
 # Trains on several devices when LearnerConfig.training_devices is set (see
 # seed_rl/common/devices.py and seed_rl/agents/multi_device.py).
@@ -74,7 +74,7 @@ class TimeMajorBatch(NamedTuple):
   behaviour_log_prob: np.ndarray  # float32 [T, B] log mu(a_t|x_t)
 
 
-class PPOAgent(on_policy.RawActionAgent):
+class PPOAgent(queue_fed.RawActionAgent):
   """PPO (clipped or adaptive-KL) actor-critic on a bounded unroll queue."""
 
   _act_log_prob = True  # stored as extras[LOG_PROB], mu of the ratio
@@ -255,7 +255,7 @@ class PPOAgent(on_policy.RawActionAgent):
         )
       )
     self._step_counter.assign_add(1)
-    result = on_policy.step_result(
+    result = queue_fed.step_result(
       out, policy_lag, float(t * b) * float(out["ppo/epochs"])
     )
     result["opt/learning_rate"] = learning_rate

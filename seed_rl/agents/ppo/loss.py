@@ -21,18 +21,9 @@ from typing import Dict, Optional, Tuple
 import tensorflow as tf
 
 from seed_rl.agents import learning
-from seed_rl.agents import multi_device
+from seed_rl.agents.advantages import normalize_advantages
 
 LOSS_TYPES = ("clip", "kl_penalty")
-
-
-def normalize_advantages(
-  advantages: tf.Tensor, epsilon: float = 1e-8
-) -> tf.Tensor:
-  """[N] -> zero mean, unit (population) std over the N samples (over the
-  whole minibatch when it is split over training devices)."""
-  mean, var = multi_device.moments(advantages)
-  return (advantages - mean) / (tf.sqrt(var) + epsilon)
 
 
 def clipped_surrogate(

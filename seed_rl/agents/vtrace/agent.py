@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
-from seed_rl.agents import on_policy
+from seed_rl.agents import queue_fed
 from seed_rl.agents import rewards as rewards_lib
 from seed_rl.agents.vtrace import loss as loss_lib
 from seed_rl.agents.vtrace import networks
@@ -45,7 +45,7 @@ def policy_distribution(
   )
 
 
-class VtraceAgent(on_policy.QueueAgent):
+class VtraceAgent(queue_fed.QueueAgent):
   """IMPALA actor-critic trained with V-trace on a bounded unroll queue."""
 
   def __init__(
@@ -215,7 +215,7 @@ class VtraceAgent(on_policy.QueueAgent):
         for name, value in metrics.items():
           sums[name] = sums.get(name, 0.0) + float(value)
         updates += 1
-    return on_policy.step_result(
+    return queue_fed.step_result(
       {name: value / updates for name, value in sums.items()},
       policy_lag,
       cfg.unroll_length * cfg.batch_size * cfg.num_epochs,
@@ -318,6 +318,7 @@ class VtraceAgent(on_policy.QueueAgent):
           clip_rho_threshold=cfg.clip_rho_threshold,
           clip_c_threshold=cfg.clip_c_threshold,
           clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+          normalize_advantage=cfg.normalize_advantages,
         )
       return tape.gradient(total, variables), metrics
 

@@ -48,6 +48,10 @@ class VtraceConfig:
         squared error to the V-trace targets v_s (IMPALA's baseline cost).
       clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: V-trace's
         rho_bar, c_bar and the policy-gradient rho clip.
+      normalize_advantages: standardise the policy-gradient advantages over
+        each minibatch [T, B] (zero mean, unit std), as PPO does; the
+        entropy cost then weighs the same against them on every game
+        (seed_rl/agents/advantages.py says why).
     Optimizer:
       learning_rate: initial learning rate.
       lr_schedule: 'constant' or 'linear' (to 0 at total_learner_steps).
@@ -83,6 +87,7 @@ class VtraceConfig:
   clip_rho_threshold: float = 1.0
   clip_c_threshold: float = 1.0
   clip_pg_rho_threshold: float = 1.0
+  normalize_advantages: bool = False
   # Optimizer.
   learning_rate: float = 4e-3
   lr_schedule: str = "linear"

@@ -13,6 +13,7 @@ from typing import Dict, Tuple
 import tensorflow as tf
 
 from seed_rl.agents import learning
+from seed_rl.agents.advantages import normalize_advantages
 from seed_rl.agents.episode_ends import transition_inputs
 from seed_rl.agents.rewards import clip_rewards
 from seed_rl.agents.vtrace import vtrace
@@ -40,6 +41,7 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
   clip_rho_threshold: float = 1.0,
   clip_c_threshold: float = 1.0,
   clip_pg_rho_threshold: float = 1.0,
+  normalize_advantage: bool = False,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """Computes the IMPALA loss over one batch of unrolls.
 
@@ -60,6 +62,9 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
     value_cost: weight of the value loss 0.5 * mean (vs - V)^2.
     entropy_cost: weight of the entropy bonus.
     clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: V-trace clips.
+    normalize_advantage: standardise the policy-gradient advantages
+      rho_s (r_s + gamma v_{s+1} - V(x_s)) over the [T, B] batch (zero mean,
+      unit std) before the policy loss; 'advantage/std' reports them raw.
 
   Returns:
     total loss (scalar) and a dict of scalar metrics (docs/METRICS.md);
@@ -90,6 +95,9 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
     clip_pg_rho_threshold=clip_pg_rho_threshold,
   )
 
+  raw_advantages = pg_advantages
+  if normalize_advantage:
+    pg_advantages = normalize_advantages(pg_advantages)
   policy_loss = -tf.reduce_mean(target_log_prob * pg_advantages)
   value_loss = value_cost * 0.5 * tf.reduce_mean(tf.square(vs - values))
   entropy = tf.reduce_mean(distribution.entropy(params_t))
@@ -102,5 +110,5 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
   metrics["vtrace/rho_clipped_fraction"] = tf.reduce_mean(
     tf.cast(rhos > clip_rho_threshold, tf.float32)
   )
-  metrics.update(learning.value_metrics(values, vs, pg_advantages))
+  metrics.update(learning.value_metrics(values, vs, raw_advantages))
   return total, metrics
