@@ -1,11 +1,14 @@
 """Advantage standardisation, shared by PPO and V-trace.
 
-Why V-trace has it too: with clipped rewards the V-trace policy-gradient
-advantages of an A2C-sized batch have a std of ~0.1 on BeamRider, Seaquest
-and Pong (benchmarks/RESULTS.md, issue 20), so an entropy cost of 0.01 weighs
-about ten times more against them than the same 0.01 does against PPO's
-unit-std advantages, and the policy stays near uniform for millions of
-steps. Standardising makes the balance the same on every game.
+Why V-trace has it too (opt-in, VtraceConfig.normalize_advantages): with
+clipped rewards the V-trace policy-gradient advantages of an A2C-sized
+batch have a std of ~0.1-0.2 (BeamRider, Seaquest, Pong; benchmarks/
+RESULTS.md, issue 20), so an entropy cost of 0.01 weighs 5-10x more against
+them than the same 0.01 does against PPO's unit-std advantages, and the
+policy stays near uniform for millions of steps. Standardising fixes that
+balance, but over V-trace's 80-transition batches without PPO's ratio clip
+it also turns one rare reward into a large step: it lifted BeamRider's early
+return and collapsed Seaquest's policy, so it is not V-trace's default.
 """
 
 from __future__ import annotations

@@ -50,8 +50,9 @@ class VtraceConfig:
         rho_bar, c_bar and the policy-gradient rho clip.
       normalize_advantages: standardise the policy-gradient advantages over
         each minibatch [T, B] (zero mean, unit std), as PPO does; the
-        entropy cost then weighs the same against them on every game
-        (seed_rl/agents/advantages.py says why).
+        entropy cost then weighs the same against them on every game.
+        Off by default: on Atari it collapsed Seaquest's policy
+        (seed_rl/agents/advantages.py, benchmarks/RESULTS.md).
     Optimizer:
       learning_rate: initial learning rate.
       lr_schedule: 'constant' or 'linear' (to 0 at total_learner_steps).
