@@ -143,3 +143,44 @@ def test_transition_replay_drops_unrolls_with_a_foreign_stack_layout():
   unroll = _unroll_of(obs, done & (np.arange(9) > 0), rng)
   assert replay.add(unroll) == 14
   assert replay.metrics()["replay/dropped_unrolls"] == 1.0
+
+
+def test_an_insert_cannot_evict_the_blocks_of_a_batch_being_rebuilt():
+  """The race that stopped a 500k-transition Pong DQN run once its replay
+  had filled: the inference thread inserted a round of unrolls between the
+  training thread's `replay.sample` and its `frames.stacks`, overwriting the
+  blocks of the oldest sampled transitions. Here the insert is started
+  from inside `stacks`, on another thread, so it lands exactly in that
+  window; it must wait until the batch is rebuilt."""
+  import threading
+
+  rng = np.random.default_rng(5)
+  # Two blocks' worth of transitions (7 per unroll): the ring holds 4 blocks,
+  # and one add of 4 unrolls overwrites every block the replay then holds.
+  replay = _replay((12, 12, 4), capacity=14)
+  assert replay.frames is not None
+
+  def round_of_unrolls():
+    obs, done = _stacked_unrolls(rng, 4, 9, size=12)
+    return _unroll_of(obs, done & (np.arange(9) > 0), rng)
+
+  replay.add(round_of_unrolls())
+  store = replay.frames
+  real_stacks = store.stacks
+  writer = threading.Thread(target=replay.add, args=(round_of_unrolls(),))
+
+  def stacks_with_an_insert_racing(ids, steps):
+    if not writer.is_alive() and writer.ident is None:
+      writer.start()
+      writer.join(timeout=1.0)  # it finishes here unless add() must wait
+    return real_stacks(ids, steps)
+
+  store.stacks = stacks_with_an_insert_racing  # type: ignore[method-assign]
+  _, items, _ = replay.sample_with_keys()  # raised "not all alive" before
+  writer.join(timeout=10.0)
+  assert not writer.is_alive()
+  assert items["observation"].shape == (8, 12, 12, 4)
+  # The insert did land afterwards, and the next sample sees its blocks.
+  assert store.oldest_alive() == 4
+  store.stacks = real_stacks  # type: ignore[method-assign]
+  replay.sample_with_keys()

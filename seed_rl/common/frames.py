@@ -78,8 +78,11 @@ class FrameBlockStore:
   (DQN's replay) must drop them before that: size the ring so that the
   items referring to a block are evicted first (see `blocks_for`).
 
-  Threads: one inserting thread and any number of readers; a reader only
-  touches blocks that are alive, so the two never share a slot.
+  Threads: one inserting thread and any number of readers. `stacks`
+  refuses ids that are no longer alive, but an insert that runs while a
+  reader copies may overwrite the slots it reads: whoever samples ids
+  serialises that sample and its `stacks` with the inserts
+  (TransitionReplay holds one lock over both).
   """
 
   def __init__(

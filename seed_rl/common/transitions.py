@@ -28,6 +28,7 @@ o_{t+n}, unless the episode ends at some step t+j, j <= n:
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -269,6 +270,12 @@ class TransitionReplay:
         depth,
       )
     self.dropped_unrolls = 0
+    # The frame ring and the replay advance together under this lock, and
+    # a sample is rebuilt into stacks under it too: otherwise an insert on
+    # the inference thread between `replay.sample` and `frames.stacks` on
+    # the training thread overwrites the blocks of the oldest sampled
+    # transitions (it did, once a 500k replay had filled: session 12).
+    self._frames_lock = threading.Lock()
 
   def add(
     self,
@@ -297,19 +304,21 @@ class TransitionReplay:
         reward = None if reward is None else np.asarray(reward)[ok]
         if unrolls.batch_size == 0:
           return 0
-      block_ids = self.frames.insert(unrolls.observation, done)
-    items = unroll_transitions(
-      unrolls,
-      self.discount,
-      self.n_step,
-      action=action,
-      reward=reward,
-      block_ids=block_ids,
-    )
+    with self._frames_lock:
+      if self.frames is not None:
+        block_ids = self.frames.insert(unrolls.observation, done)
+      items = unroll_transitions(
+        unrolls,
+        self.discount,
+        self.n_step,
+        action=action,
+        reward=reward,
+        block_ids=block_ids,
+      )
+      self.replay.insert(items)
     num = int(items["return"].shape[0])
     # Insert first, then wait: the limiter never counts transitions the
     # replay does not hold yet, and acting still pauses while training lags.
-    self.replay.insert(items)
     self.limiter.await_insert(num)
     return num
 
@@ -321,13 +330,14 @@ class TransitionReplay:
     way."""
     if not self.limiter.await_sample(self.batch_size):
       return None
-    keys, items, weights = self.replay.sample(self.batch_size)
-    if self.frames is not None:
-      block = items.pop("block")
-      items["observation"] = self.frames.stacks(block, items.pop("step"))
-      items["next_observation"] = self.frames.stacks(
-        block, items.pop("next_step")
-      )
+    with self._frames_lock:
+      keys, items, weights = self.replay.sample(self.batch_size)
+      if self.frames is not None:
+        block = items.pop("block")
+        items["observation"] = self.frames.stacks(block, items.pop("step"))
+        items["next_observation"] = self.frames.stacks(
+          block, items.pop("next_step")
+        )
     return keys, items, weights
 
   def sample(self) -> Optional[Dict[str, np.ndarray]]:
