@@ -1,6 +1,8 @@
 """FrameBlockStore (DQN's frames stored once); compress/decompress are
 tested with R2D2 in test_r2d2.py."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -152,8 +154,6 @@ def test_an_insert_cannot_evict_the_blocks_of_a_batch_being_rebuilt():
   blocks of the oldest sampled transitions. Here the insert is started
   from inside `stacks`, on another thread, so it lands exactly in that
   window; it must wait until the batch is rebuilt."""
-  import threading
-
   rng = np.random.default_rng(5)
   # Two blocks' worth of transitions (7 per unroll): the ring holds 4 blocks,
   # and one add of 4 unrolls overwrites every block the replay then holds.
@@ -170,7 +170,7 @@ def test_an_insert_cannot_evict_the_blocks_of_a_batch_being_rebuilt():
   writer = threading.Thread(target=replay.add, args=(round_of_unrolls(),))
 
   def stacks_with_an_insert_racing(ids, steps):
-    if not writer.is_alive() and writer.ident is None:
+    if writer.ident is None:  # only on the first call (observation)
       writer.start()
       writer.join(timeout=1.0)  # it finishes here unless add() must wait
     return real_stacks(ids, steps)

@@ -274,7 +274,8 @@ class TransitionReplay:
     # a sample is rebuilt into stacks under it too: otherwise an insert on
     # the inference thread between `replay.sample` and `frames.stacks` on
     # the training thread overwrites the blocks of the oldest sampled
-    # transitions (it did, once a 500k replay had filled: session 12).
+    # transitions (it did, once a 500k replay had filled: benchmarks/
+    # RESULTS.md, "Pong DQN sized for 2 cores").
     self._frames_lock = threading.Lock()
 
   def add(
