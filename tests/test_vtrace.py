@@ -396,14 +396,17 @@ def test_vtrace_rejects_bad_inputs():
 
 # ---------------------------------------------------------------- loss
 
+EPS = 0.2  # clip_ratio of the 'clip' policy loss in these tests
+
 
 def np_log_softmax(logits):
   shifted = logits - logits.max(-1, keepdims=True)
   return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
 
 
+@pytest.mark.parametrize("policy_loss", ["pg", "clip"])
 @pytest.mark.parametrize("normalize", [False, True])
-def test_impala_loss_matches_numpy_reference(normalize):
+def test_impala_loss_matches_numpy_reference(normalize, policy_loss):
   rng = np.random.default_rng(7)
   num_steps, batch, num_actions = 6, 4, 3
   gamma, value_cost, entropy_cost = 0.9, 0.5, 0.02
@@ -431,6 +434,8 @@ def test_impala_loss_matches_numpy_reference(normalize):
     value_cost=value_cost,
     entropy_cost=entropy_cost,
     normalize_advantage=normalize,
+    policy_loss=policy_loss,
+    clip_ratio=EPS,
   )
 
   log_pi = np_log_softmax(logits)[:-1]
@@ -442,10 +447,23 @@ def test_impala_loss_matches_numpy_reference(normalize):
   vs, adv = reference_from_flags(
     log_rhos, reward, terminated, truncated, bootstrap, values, gamma
   )
+  rhos = np.exp(log_rhos)
+  if policy_loss == "clip":  # the ratio carries the importance weight
+    adv = adv / np.minimum(1.0, rhos)
   np.testing.assert_allclose(metrics["advantage/std"], adv.std(), rtol=1e-4)
   if normalize:  # over all T x B advantages, population std (as PPO)
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-  policy = -np.mean(picked * adv)
+  if policy_loss == "clip":  # PPO eq. 7, per element of [T, B]
+    surrogate = np.minimum(rhos * adv, np.clip(rhos, 1 - EPS, 1 + EPS) * adv)
+    policy = -np.mean(surrogate)
+    np.testing.assert_allclose(
+      metrics["policy/clip_fraction"], np.mean(np.abs(rhos - 1) > EPS)
+    )
+    np.testing.assert_allclose(
+      metrics["policy/approx_kl"], np.mean(rhos - 1 - log_rhos), rtol=1e-4
+    )
+  else:
+    policy = -np.mean(picked * adv)
   baseline = value_cost * 0.5 * np.mean((vs - values[:-1]) ** 2)
   entropy = np.mean(-(np.exp(log_pi) * log_pi).sum(-1))
   expected_total = policy + baseline - entropy_cost * entropy
@@ -497,3 +515,59 @@ def test_loss_value_and_gradient_direction_hand_built():
   assert grad_baseline[0, 0] < 0
   np.testing.assert_allclose(grad_logits[1], 0.0)
   np.testing.assert_allclose(grad_baseline[1], 0.0)
+
+
+@pytest.mark.parametrize("reward, moves", [(1.0, False), (-1.0, True)])
+def test_clip_loss_stops_the_gradient_past_the_trust_region(reward, moves):
+  # One transition; mu is uniform over 2 actions and pi_theta already puts
+  # 0.8 on the action taken (r = 1.6 > 1 + EPS). With a positive advantage
+  # the clipped term is the min, so the policy gets no gradient; with a
+  # negative one the unclipped term is the min and pushes r back down.
+  logits = tf.Variable([[[math.log(4.0), 0.0]], [[0.0, 0.0]]])
+  with tf.GradientTape() as tape:
+    total, metrics = loss_lib.impala_loss(
+      distributions.Categorical(2),
+      logits,
+      tf.zeros([2, 1]),
+      tf.constant([[0], [0]]),
+      tf.zeros([2, 1, 2]),
+      tf.constant([[0.0], [reward]]),
+      tf.constant([[False], [True]]),
+      tf.zeros([2, 1], tf.bool),
+      tf.zeros([2, 1]),
+      discount=0.99,
+      value_cost=0.0,
+      entropy_cost=0.0,
+      policy_loss="clip",
+      clip_ratio=EPS,
+    )
+  np.testing.assert_allclose(metrics["policy/clip_fraction"], 1.0)
+  # A = reward (V = 0, episode ends): min(1.6 A, 1.2 A).
+  expected = -min(1.6 * reward, (1 + EPS) * reward)
+  np.testing.assert_allclose(metrics["loss/policy"], expected, rtol=1e-5)
+  grad = tape.gradient(total, logits)
+  if moves:
+    assert grad[0, 0, 0] > 0 > grad[0, 0, 1]  # descent lowers pi(a_0)
+  else:
+    np.testing.assert_allclose(grad, 0.0, atol=1e-7)
+
+
+def test_unknown_policy_loss_is_named():
+  with pytest.raises(
+    ValueError, match="policy_loss 'ppo' is unknown.*pg, clip"
+  ):
+    loss_lib.impala_loss(
+      distributions.Categorical(2),
+      tf.zeros([2, 1, 2]),
+      tf.zeros([2, 1]),
+      tf.constant([[0], [0]]),
+      tf.zeros([2, 1, 2]),
+      tf.zeros([2, 1]),
+      tf.zeros([2, 1], tf.bool),
+      tf.zeros([2, 1], tf.bool),
+      tf.zeros([2, 1]),
+      discount=0.99,
+      value_cost=0.5,
+      entropy_cost=0.0,
+      policy_loss="ppo",
+    )

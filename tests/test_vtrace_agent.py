@@ -100,6 +100,13 @@ def test_config_validation_messages():
     VtraceConfig(reward_clipping="sign")
   with pytest.raises(ValueError, match="queue_capacity .* must be >= "):
     VtraceConfig(batch_size=8, queue_capacity=4)
+  with pytest.raises(
+    ValueError,
+    match="VtraceConfig.policy_loss 'ppo' is unknown; allowed: pg, clip",
+  ):
+    VtraceConfig(policy_loss="ppo")
+  with pytest.raises(ValueError, match=r"clip_ratio must be in \(0, 1\)"):
+    VtraceConfig(policy_loss="clip", clip_ratio=1.5)
   with pytest.raises(ValueError, match="separate_value_torso only works"):
     VtraceConfig(use_lstm=True, separate_value_torso=True)
   assert VtraceConfig().separate_value_torso
@@ -161,11 +168,16 @@ def test_train_steps_are_finite_and_change_weights(normalize):
   assert all(not np.allclose(a, b) for a, b in zip(before, after))
 
 
-def test_epochs_and_minibatches_reuse_each_round():
+@pytest.mark.parametrize("policy_loss", ["pg", "clip"])
+def test_epochs_and_minibatches_reuse_each_round(policy_loss):
   """2 epochs x 2 minibatches: four updates on one round of 4 unrolls, each
-  unroll trained on twice (V-trace corrects for the moving policy)."""
+  unroll trained on twice (V-trace corrects for the moving policy; 'clip'
+  also bounds how far the ratio pi/mu may be pushed)."""
   agent = VtraceAgent(
-    OBS_SPEC, ACTION_SPEC, 4, small_config(num_epochs=2, num_minibatches=2)
+    OBS_SPEC,
+    ACTION_SPEC,
+    4,
+    small_config(num_epochs=2, num_minibatches=2, policy_loss=policy_loss),
   )
   rng = np.random.default_rng(5)
   agent.add_unrolls(make_unroll(agent, 4, rng))
@@ -174,6 +186,7 @@ def test_epochs_and_minibatches_reuse_each_round():
   assert metrics["perf/samples_trained"] == 5 * 4 * 2
   # Later passes see a policy that moved: importance weights leave 1.
   assert np.isfinite(metrics["vtrace/rho_mean"])
+  assert ("policy/clip_fraction" in metrics) == (policy_loss == "clip")
   with pytest.raises(ValueError, match="multiple of num_minibatches"):
     small_config(batch_size=4, num_minibatches=3)
 
@@ -236,10 +249,17 @@ def test_train_step_returns_empty_after_stop_while_waiting():
   assert not waiter.is_alive() and result["metrics"] == {}
 
 
-def test_learns_contextual_bandit():
+@pytest.mark.parametrize("policy_loss, num_epochs", [("pg", 1), ("clip", 2)])
+def test_learns_contextual_bandit(policy_loss, num_epochs):
   """Single-step episodes: reward 1 when the action equals the context bit."""
   config = small_config(
-    batch_size=8, queue_capacity=16, learning_rate=3e-2, entropy_cost=0.0
+    batch_size=8,
+    queue_capacity=16,
+    learning_rate=3e-2,
+    entropy_cost=0.0,
+    policy_loss=policy_loss,
+    clip_ratio=0.2,
+    num_epochs=num_epochs,
   )
   agent = VtraceAgent(OBS_SPEC, ACTION_SPEC, 8, config)
   rng = np.random.default_rng(5)

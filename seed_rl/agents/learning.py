@@ -230,6 +230,34 @@ def actor_critic_total(
   }
 
 
+def clipped_surrogate(
+  ratio: tf.Tensor, advantages: tf.Tensor, clip_ratio
+) -> tf.Tensor:
+  """PPO's per-sample L^CLIP (Schulman et al. 2017, eq. 7), to maximise:
+  min(r A, clip(r, 1 - eps, 1 + eps) A), any shape (PPO: [N]; V-trace: [T, B]).
+
+  The min makes the objective pessimistic: once r has moved past 1 +- eps in
+  the direction that helps (r > 1+eps with A > 0, r < 1-eps with A < 0) the
+  clipped term is constant and its gradient is zero.
+  """
+  clipped = tf.clip_by_value(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
+  return tf.minimum(ratio * advantages, clipped * advantages)
+
+
+def ratio_metrics(log_ratio: tf.Tensor, clip_ratio) -> Metrics:
+  """'policy/approx_kl' (E[(r - 1) - log r], an unbiased, non-negative
+  estimate of KL(mu || pi_theta)) and 'policy/clip_fraction' (|r - 1| > eps)
+  of r = pi_theta / mu, any shape."""
+  log_ratio = tf.stop_gradient(log_ratio)
+  ratio = tf.exp(log_ratio)
+  return {
+    "policy/approx_kl": tf.reduce_mean((ratio - 1.0) - log_ratio),
+    "policy/clip_fraction": tf.reduce_mean(
+      tf.cast(tf.abs(ratio - 1.0) > clip_ratio, tf.float32)
+    ),
+  }
+
+
 def value_metrics(
   values: tf.Tensor, targets: tf.Tensor, advantages: tf.Tensor
 ) -> Metrics:

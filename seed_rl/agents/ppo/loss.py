@@ -22,21 +22,18 @@ import tensorflow as tf
 
 from seed_rl.agents import learning
 from seed_rl.agents.advantages import normalize_advantages
+from seed_rl.agents.learning import clipped_surrogate
+
+# clipped_surrogate moved to seed_rl/agents/learning.py (V-trace uses it
+# too); it stays importable from here.
+__all__ = [
+  "clipped_surrogate",
+  "kl_penalty_surrogate",
+  "ppo_loss",
+  "value_loss",
+]
 
 LOSS_TYPES = ("clip", "kl_penalty")
-
-
-def clipped_surrogate(
-  ratio: tf.Tensor, advantages: tf.Tensor, clip_ratio
-) -> tf.Tensor:
-  """Per-sample L^CLIP [N] (to maximise).
-
-  The min makes the objective pessimistic: once r has moved past 1 +- eps in
-  the direction that helps (r > 1+eps with A > 0, r < 1-eps with A < 0) the
-  clipped term is constant and its gradient is zero.
-  """
-  clipped = tf.clip_by_value(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
-  return tf.minimum(ratio * advantages, clipped * advantages)
 
 
 def kl_penalty_surrogate(
@@ -193,12 +190,6 @@ def ppo_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations
     policy_loss, v_loss, tf.reduce_mean(entropy), entropy_cost
   )
 
-  ratio_ng = tf.stop_gradient(ratio)
-  metrics["policy/approx_kl"] = tf.reduce_mean(
-    (ratio_ng - 1.0) - tf.stop_gradient(log_ratio)
-  )
-  metrics["policy/clip_fraction"] = tf.reduce_mean(
-    tf.cast(tf.abs(ratio_ng - 1.0) > clip_ratio, tf.float32)
-  )
+  metrics.update(learning.ratio_metrics(log_ratio, clip_ratio))
   metrics["ppo/kl_coef"] = tf.cast(kl_coef, tf.float32)
   return loss, metrics

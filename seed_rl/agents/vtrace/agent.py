@@ -319,6 +319,8 @@ class VtraceAgent(queue_fed.QueueAgent):
           clip_c_threshold=cfg.clip_c_threshold,
           clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
           normalize_advantage=cfg.normalize_advantages,
+          policy_loss=cfg.policy_loss,
+          clip_ratio=cfg.clip_ratio,
         )
       return tape.gradient(total, variables), metrics
 

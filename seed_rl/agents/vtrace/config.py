@@ -8,6 +8,7 @@ from typing import Callable, Optional
 import gin
 import keras
 
+from seed_rl.agents.vtrace.loss import POLICY_LOSSES
 from seed_rl.classic.networks import mlp_torso
 from seed_rl.common import config_checks as checks
 
@@ -53,6 +54,10 @@ class VtraceConfig:
         entropy cost then weighs the same against them on every game.
         Off by default: on Atari it collapsed Seaquest's policy
         (seed_rl/agents/advantages.py, benchmarks/RESULTS.md).
+      policy_loss: 'pg' (IMPALA's policy gradient) or 'clip' (PPO's
+        clipped surrogate of pi/mu on V-trace advantages, as IMPACT and
+        Sample Factory's APPO; for reusing unrolls with num_epochs > 1).
+      clip_ratio: eps of 'clip'.
     Optimizer:
       learning_rate: initial learning rate.
       lr_schedule: 'constant' or 'linear' (to 0 at total_learner_steps).
@@ -89,6 +94,8 @@ class VtraceConfig:
   clip_c_threshold: float = 1.0
   clip_pg_rho_threshold: float = 1.0
   normalize_advantages: bool = False
+  policy_loss: str = "pg"
+  clip_ratio: float = 0.1
   # Optimizer.
   learning_rate: float = 4e-3
   lr_schedule: str = "linear"
@@ -149,6 +156,9 @@ class VtraceConfig:
       why="a non-positive clip zeroes the importance weights",
     )
     checks.choice(self, "reward_clipping", _REWARD_CLIPPING)
+    checks.choice(self, "policy_loss", POLICY_LOSSES)
+    if not 0 < self.clip_ratio < 1:
+      checks.fail(self, f"clip_ratio must be in (0, 1), got {self.clip_ratio}")
     if self.separate_value_torso is None:
       self.separate_value_torso = not self.use_lstm
     if self.use_lstm and self.separate_value_torso:

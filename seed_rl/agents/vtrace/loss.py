@@ -21,7 +21,13 @@ from seed_rl.agents.vtrace import vtrace
 # transition_inputs (seed_rl/agents/episode_ends.py, shared with ACER) and
 # clip_rewards (seed_rl/agents/rewards.py, every agent's) lived here; both
 # names stay importable from this module.
-__all__ = ["clip_rewards", "impala_loss", "transition_inputs"]
+__all__ = ["POLICY_LOSSES", "clip_rewards", "impala_loss", "transition_inputs"]
+
+# 'pg': IMPALA's policy gradient, rho-weighted advantages times grad log pi.
+# 'clip': PPO's clipped surrogate (eq. 7) of the ratio pi_theta / mu on the
+#   unweighted V-trace advantage, as IMPACT (Luo et al. 2020) and Sample
+#   Factory's APPO do: a trust region for reusing unrolls over epochs.
+POLICY_LOSSES = ("pg", "clip")
 
 
 def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations)
@@ -42,6 +48,8 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
   clip_c_threshold: float = 1.0,
   clip_pg_rho_threshold: float = 1.0,
   normalize_advantage: bool = False,
+  policy_loss: str = "pg",
+  clip_ratio: float = 0.1,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """Computes the IMPALA loss over one batch of unrolls.
 
@@ -65,6 +73,11 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
     normalize_advantage: standardise the policy-gradient advantages
       rho_s (r_s + gamma v_{s+1} - V(x_s)) over the [T, B] batch (zero mean,
       unit std) before the policy loss; 'advantage/std' reports them raw.
+    policy_loss: 'pg' (IMPALA: -mean(log pi(a_s) rho_s A_s)) or 'clip'
+      (-mean(min(r_s A_s, clip(r_s, 1 - eps, 1 + eps) A_s)) with
+      r_s = pi_theta(a_s) / mu(a_s) carrying the gradient and A_s =
+      r_s + gamma v_{s+1} - V(x_s) without the importance weight).
+    clip_ratio: eps of 'clip'.
 
   Returns:
     total loss (scalar) and a dict of scalar metrics (docs/METRICS.md);
@@ -83,6 +96,12 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
     tf.stop_gradient(baseline), terminated, truncated, bootstrap_value, discount
   )
   values = baseline[:-1]
+  if policy_loss not in POLICY_LOSSES:
+    raise ValueError(
+      f"impala_loss: policy_loss {policy_loss!r} is unknown; allowed: "
+      f"{', '.join(POLICY_LOSSES)}"
+    )
+  clipped = policy_loss == "clip"
   vs, pg_advantages = vtrace.vtrace_targets(
     log_rhos=log_rhos,
     discounts=discounts,
@@ -93,17 +112,26 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
     clip_rho_threshold=clip_rho_threshold,
     clip_c_threshold=clip_c_threshold,
     clip_pg_rho_threshold=clip_pg_rho_threshold,
+    weight_pg_advantages=not clipped,
   )
 
   raw_advantages = pg_advantages
   if normalize_advantage:
     pg_advantages = normalize_advantages(pg_advantages)
-  policy_loss = -tf.reduce_mean(target_log_prob * pg_advantages)
+  if clipped:
+    log_ratio = target_log_prob - behaviour_log_prob
+    pg_loss = -tf.reduce_mean(
+      learning.clipped_surrogate(tf.exp(log_ratio), pg_advantages, clip_ratio)
+    )
+  else:
+    pg_loss = -tf.reduce_mean(target_log_prob * pg_advantages)
   value_loss = value_cost * 0.5 * tf.reduce_mean(tf.square(vs - values))
   entropy = tf.reduce_mean(distribution.entropy(params_t))
   total, metrics = learning.actor_critic_total(
-    policy_loss, value_loss, entropy, entropy_cost
+    pg_loss, value_loss, entropy, entropy_cost
   )
+  if clipped:
+    metrics.update(learning.ratio_metrics(log_ratio, clip_ratio))
 
   rhos = tf.exp(log_rhos)
   metrics["vtrace/rho_mean"] = tf.reduce_mean(rhos)

@@ -41,7 +41,7 @@ import tensorflow as tf
 from seed_rl.common.agent_api import check_time_major
 
 
-def vtrace_targets(
+def vtrace_targets(  # noqa: PLR0913 (the paper's inputs and clips, by name)
   log_rhos: tf.Tensor,
   discounts: tf.Tensor,
   rewards: tf.Tensor,
@@ -51,6 +51,7 @@ def vtrace_targets(
   clip_rho_threshold: float = 1.0,
   clip_c_threshold: float = 1.0,
   clip_pg_rho_threshold: float = 1.0,
+  weight_pg_advantages: bool = True,
 ) -> Tuple[tf.Tensor, tf.Tensor]:
   """Computes V-trace value targets and policy-gradient advantages.
 
@@ -65,6 +66,9 @@ def vtrace_targets(
     clip_rho_threshold: rho_bar, clips the importance weight of delta_t.
     clip_c_threshold: c_bar, clips the trace coefficients.
     clip_pg_rho_threshold: clips the importance weight of the pg advantage.
+    weight_pg_advantages: False leaves the importance weight off the pg
+      advantage (r_t + discounts_t v'_{t+1} - V(x_t)), for an objective
+      that carries the ratio pi/mu itself (PPO's clipped surrogate).
 
   Returns:
     vs: [T, B] V-trace value targets v_t.
@@ -107,8 +111,9 @@ def vtrace_targets(
 
   acc_tp1 = tf.concat([acc[1:], tf.zeros_like(acc[:1])], axis=0)
   vs_tp1 = next_values + trace_mask * acc_tp1
-  clipped_pg_rhos = tf.minimum(clip_pg_rho_threshold, rhos)
-  pg_advantages = clipped_pg_rhos * (rewards + discounts * vs_tp1 - values)
+  pg_advantages = rewards + discounts * vs_tp1 - values
+  if weight_pg_advantages:
+    pg_advantages *= tf.minimum(clip_pg_rho_threshold, rhos)
   return tf.stop_gradient(vs), tf.stop_gradient(pg_advantages)
 
 
