@@ -75,8 +75,9 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
       unit std) before the policy loss; 'advantage/std' reports them raw.
     policy_loss: 'pg' (IMPALA: -mean(log pi(a_s) rho_s A_s)) or 'clip'
       (-mean(min(r_s A_s, clip(r_s, 1 - eps, 1 + eps) A_s)) with
-      r_s = pi_theta(a_s) / mu(a_s) carrying the gradient and A_s =
-      r_s + gamma v_{s+1} - V(x_s) without the importance weight).
+      ratio r_s = pi_theta(a_s) / mu(a_s) carrying the gradient and
+      A_s = reward_s + gamma v_{s+1} - V(x_s) without the importance
+      weight).
     clip_ratio: eps of 'clip'.
 
   Returns:
