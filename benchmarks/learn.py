@@ -2,7 +2,7 @@
 
     python benchmarks/learn.py ENV AGENT [--target R] [--max_minutes M]
         [--seed S | --seeds 0,1,2] [--num_actors N] [--envs_per_actor K]
-        [gin bindings...]
+        [--gin_config FILE ...] [gin bindings...]
 
 Starts `python -m seed_rl.train` (learner + actor processes) in a fresh
 logdir, stops at the target (mean return of the last 100 episodes) or the
@@ -60,6 +60,13 @@ def main(argv=None) -> int:
     default=None,
     help="comma-separated seeds run one after another (e.g. 0,1,2): one "
     "JSON line each, then a summary line",
+  )
+  p.add_argument(
+    "--gin_config",
+    action="append",
+    default=[],
+    help="extra gin file parsed after the pair's own (repeatable), e.g. "
+    "seed_rl/atari/gin/vtrace_a2c.gin",
   )
   p.add_argument("--num_actors", type=int, default=None)
   p.add_argument("--envs_per_actor", type=int, default=None)
@@ -131,6 +138,8 @@ def _run(args, seed: int) -> dict:
     cmd += ["--target_return", str(target)]
   if args.max_env_steps:
     cmd += ["--max_env_steps", str(args.max_env_steps)]
+  for f in args.gin_config:
+    cmd += ["--gin_config", f]
   for b in args.bindings:
     cmd += ["--gin_bindings", b]
   start = time.monotonic()
@@ -170,6 +179,7 @@ def _run(args, seed: int) -> dict:
     "exit_code": code,
     "logdir": logdir,
     "bindings": args.bindings,
+    **({"gin_config": args.gin_config} if args.gin_config else {}),
   }
   print(json.dumps(out), flush=True)
   return out

@@ -12,6 +12,8 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 
 
 def test_learn_over_two_seeds_prints_a_line_each_and_a_summary(tmp_path):
+  overlay = tmp_path / "overlay.gin"  # --gin_config reaches the learner
+  overlay.write_text("VtraceConfig.learning_rate = 0.00123\n")
   out = subprocess.run(
     [
       sys.executable,
@@ -29,6 +31,8 @@ def test_learn_over_two_seeds_prints_a_line_each_and_a_summary(tmp_path):
       "4",
       "--logdir",
       str(tmp_path / "run"),
+      "--gin_config",
+      str(overlay),
     ],
     cwd=ROOT,
     env=ENV,
@@ -47,6 +51,9 @@ def test_learn_over_two_seeds_prints_a_line_each_and_a_summary(tmp_path):
     str(tmp_path / "run-1"),
   ]
   assert all(os.path.exists(line["logdir"]) for line in lines[:2])
+  assert lines[0]["gin_config"] == [str(overlay)]
+  with open(os.path.join(lines[0]["logdir"], "operative_config.gin")) as f:
+    assert "VtraceConfig.learning_rate = 0.00123" in f.read()
 
 
 def _fake_run(logdir, slope, steps=20):

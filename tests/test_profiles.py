@@ -102,6 +102,45 @@ def test_local_2core_gives_atari_vtrace_its_measured_settings():
   assert config.frame_stack == 4  # the algorithm's own settings still apply
 
 
+def _vtrace_config(*overlays):
+  """The Atari V-trace config of the local-2core profile, the pair's gin
+  file and `overlays` (files under seed_rl/atari/gin/), parsed as the
+  launcher does."""
+  _operative("local-2core", "atari", "vtrace")  # imports the configurables
+  from seed_rl.agents.vtrace.config import VtraceConfig
+
+  gin_dir = os.path.dirname(registry.gin_file("atari", "vtrace"))
+  files = profiles.gin_files("local-2core", "atari") + [
+    registry.gin_file("atari", "vtrace")
+  ]
+  files += [os.path.join(gin_dir, name) for name in overlays]
+  gin.clear_config()
+  try:
+    gin_utils.parse(files, [])
+    return VtraceConfig()
+  finally:
+    gin.clear_config()
+
+
+def test_atari_vtrace_defaults_and_the_previous_update_overlay():
+  # What RESULTS.md's session-14 Atari runs measured (issue 20) ...
+  new = _vtrace_config()
+  assert (new.unroll_length, new.batch_size) == (20, 32)
+  assert (new.num_epochs, new.num_minibatches) == (2, 4)
+  assert (new.policy_loss, new.normalize_advantages) == ("clip", True)
+  assert (new.optimizer, new.learning_rate) == ("adam", 2.5e-4)
+  # ... and what every earlier Atari V-trace figure ran with.
+  old = _vtrace_config("vtrace_a2c.gin")
+  assert (old.unroll_length, old.batch_size) == (5, 16)
+  assert (old.num_epochs, old.num_minibatches) == (1, 1)
+  assert (old.policy_loss, old.normalize_advantages) == ("pg", False)
+  assert (old.optimizer, old.learning_rate) == ("rmsprop", 7e-4)
+  # Everything else is shared.
+  for field in ("discount", "entropy_cost", "value_cost", "max_grad_norm"):
+    assert getattr(old, field) == getattr(new, field), field
+  assert old.reward_clipping == new.reward_clipping == "abs_one"
+
+
 def test_cluster_profile_leaves_threads_to_the_machine():
   config, _ = _operative("cluster", "atari", "vtrace")
   assert config.inference_batch_size is None

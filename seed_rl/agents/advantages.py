@@ -8,7 +8,8 @@ them than the same 0.01 does against PPO's unit-std advantages, and the
 policy stays near uniform for millions of steps. Standardising fixes that
 balance, but over V-trace's 80-transition batches without PPO's ratio clip
 it also turns one rare reward into a large step: it lifted BeamRider's early
-return and collapsed Seaquest's policy, so it is not V-trace's default.
+return and collapsed Seaquest's policy. With policy_loss 'clip' (the ratio
+clip bounds that step) it is on in the Atari V-trace default.
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ class VtraceConfig:
       normalize_advantages: standardise the policy-gradient advantages over
         each minibatch [T, B] (zero mean, unit std), as PPO does; the
         entropy cost then weighs the same against them on every game.
-        Off by default: on Atari it collapsed Seaquest's policy
-        (seed_rl/agents/advantages.py, benchmarks/RESULTS.md).
+        On in the Atari gin, with policy_loss 'clip'; with 'pg' at RMSProp
+        7e-4 it collapsed Seaquest's policy (benchmarks/RESULTS.md).
       policy_loss: 'pg' (IMPALA's policy gradient) or 'clip' (PPO's
         clipped surrogate of pi/mu on V-trace advantages, as IMPACT and
         Sample Factory's APPO; for reusing unrolls with num_epochs > 1).
