@@ -52,7 +52,7 @@ SETUPS: Dict[str, Dict[str, Any]] = {
       # (the learning default switched to the smaller 'nips' torso).
       "atari_torso.kind = 'nature'",
       # IMPALA's update, one pass per batch, as every earlier figure of
-      # this setup (the learning default since session 14 reuses each
+      # this setup (the learning default since 2026-11-26 reuses each
       # round for 2 epochs under PPO's clipped surrogate).
       "VtraceConfig.policy_loss = 'pg'",
       "VtraceConfig.normalize_advantages = False",
@@ -62,7 +62,7 @@ SETUPS: Dict[str, Dict[str, Any]] = {
       "VtraceConfig.learning_rate = 7e-4",
     ),
   },
-  # What ./run_local.sh atari vtrace trains with (since session 14: 32 x 20
+  # What ./run_local.sh atari vtrace trains with (since 2026-11-26: 32 x 20
   # rounds, 2 epochs of 4 minibatches; earlier figures: 16 x 5, one pass).
   "pong_default": {"env": "atari", "agent": "vtrace", "actors": 2, "k": 16},
   "pong_r2d2": {"env": "atari", "agent": "r2d2", "actors": 2, "k": 16},

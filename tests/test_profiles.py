@@ -123,7 +123,7 @@ def _vtrace_config(*overlays):
 
 
 def test_atari_vtrace_defaults_and_the_previous_update_overlay():
-  # What RESULTS.md's session-14 Atari runs measured (issue 20) ...
+  # What RESULTS.md's 2026-11-26 Atari runs measured (issue 20) ...
   new = _vtrace_config()
   assert (new.unroll_length, new.batch_size) == (20, 32)
   assert (new.num_epochs, new.num_minibatches) == (2, 4)
