@@ -69,7 +69,10 @@ def test_auto_picks_by_core_count_and_unknown_names_are_refused():
   assert profiles.gin_file("local-2core", "classic") is None  # nothing to set
 
 
-def _operative(profile, env, agent):
+def _operative(profile, env, agent, overlays=(), build=None):
+  """(LearnerConfig, the ALE thread count or None, build()) after parsing
+  the profile, the pair's gin file and `overlays` (files beside it), as
+  learner_main does."""
   import importlib
 
   for name in registry.LEARNER_GIN_MODULES:
@@ -78,23 +81,25 @@ def _operative(profile, env, agent):
   registry.agent_module(agent)
   from seed_rl.common.learner_config import LearnerConfig
 
+  pair_file = registry.gin_file(env, agent)
+  files = profiles.gin_files(profile, env) + [pair_file]
+  files += [os.path.join(os.path.dirname(pair_file), f) for f in overlays]
   gin.clear_config()
   try:
-    gin_utils.parse(
-      profiles.gin_files(profile, env) + [registry.gin_file(env, agent)], []
-    )
+    gin_utils.parse(files, [])
     return (
       LearnerConfig(),
       gin.query_parameter("atari.create_environment.num_threads")
       if env == "atari" and profile == "local-2core"
       else None,
+      build() if build else None,
     )
   finally:
     gin.clear_config()
 
 
 def test_local_2core_gives_atari_vtrace_its_measured_settings():
-  config, ale_threads = _operative("local-2core", "atari", "vtrace")
+  config, ale_threads, _ = _operative("local-2core", "atari", "vtrace")
   # What atari/gin/vtrace.gin held for every recorded Pong result.
   assert config.inference_batch_size == 16
   assert (config.tf_intra_op_threads, config.tf_inter_op_threads) == (1, 2)
@@ -103,23 +108,10 @@ def test_local_2core_gives_atari_vtrace_its_measured_settings():
 
 
 def _vtrace_config(*overlays):
-  """The Atari V-trace config of the local-2core profile, the pair's gin
-  file and `overlays` (files under seed_rl/atari/gin/), parsed as the
-  launcher does."""
-  _operative("local-2core", "atari", "vtrace")  # imports the configurables
+  """The Atari V-trace config on the local-2core profile."""
   from seed_rl.agents.vtrace.config import VtraceConfig
 
-  gin_dir = os.path.dirname(registry.gin_file("atari", "vtrace"))
-  files = profiles.gin_files("local-2core", "atari") + [
-    registry.gin_file("atari", "vtrace")
-  ]
-  files += [os.path.join(gin_dir, name) for name in overlays]
-  gin.clear_config()
-  try:
-    gin_utils.parse(files, [])
-    return VtraceConfig()
-  finally:
-    gin.clear_config()
+  return _operative("local-2core", "atari", "vtrace", overlays, VtraceConfig)[2]
 
 
 def test_atari_vtrace_defaults_and_the_previous_update_overlay():
@@ -142,7 +134,7 @@ def test_atari_vtrace_defaults_and_the_previous_update_overlay():
 
 
 def test_cluster_profile_leaves_threads_to_the_machine():
-  config, _ = _operative("cluster", "atari", "vtrace")
+  config, _, _ = _operative("cluster", "atari", "vtrace")
   assert config.inference_batch_size is None
   assert config.max_inference_batch_size == 512
   assert config.tf_intra_op_threads is None
