@@ -20,18 +20,58 @@ ensure_docker() {  # a client and an answering daemon, or skip
     command -v dockerd >/dev/null || apt_install docker.io \
       || skip "no Docker daemon answers and dockerd cannot be installed"
     [[ $EUID -eq 0 ]] || skip "no Docker daemon answers and starting one needs root"
-    log "starting dockerd (vfs storage; log: $WORK/dockerd.log)"
-    # In its own session: a script's background jobs share its process
-    # group, so the terminal's Ctrl-C reached dockerd too, which then
-    # stopped every container and exited before the script could remove
-    # them (they were left behind, stopped).
-    setsid dockerd --storage-driver=vfs >"$WORK/dockerd.log" 2>&1 &
-    DOCKERD_PID=$!
-    for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    local driver
+    for driver in $(storage_drivers); do
+      start_dockerd "$driver" && break
+    done
     docker info >/dev/null 2>&1 \
       || skip "dockerd did not start: $(tail -3 "$WORK/dockerd.log" | tr '\n' ' ')"
   fi
   log "docker: $(docker version --format 'client {{.Client.Version}}, server {{.Server.Version}}' 2>/dev/null)"
+  local root
+  root="$(docker info --format '{{.DockerRootDir}}' 2>/dev/null)"
+  log "docker storage: $(docker info --format '{{.Driver}}' 2>/dev/null) in $root," \
+      "$(df -h --output=avail "$root" 2>/dev/null | tail -1 | tr -d ' ') free"
+}
+
+storage_drivers() {  # the drivers to try, best first
+  # DOCKER_STORAGE_DRIVER forces one. Otherwise overlay2 where this kernel
+  # can mount an overlay on the filesystem that holds /var/lib/docker, then
+  # vfs. vfs copies every layer in full, and every container twice (its
+  # init layer and its own): the smoke's learner + 4 actors alone took
+  # ~10 GB, and a CI machine ran out of disk in the compose step.
+  if [[ -n "${DOCKER_STORAGE_DRIVER:-}" ]]; then echo "$DOCKER_STORAGE_DRIVER"; return; fi
+  local probe
+  mkdir -p /var/lib/docker
+  probe="$(mktemp -d /var/lib/docker/.overlay-probe.XXXXXX)" || { echo vfs; return; }
+  mkdir -p "$probe"/{lower,upper,work,merged}
+  if mount -t overlay overlay \
+      -o "lowerdir=$probe/lower,upperdir=$probe/upper,workdir=$probe/work" \
+      "$probe/merged" 2>/dev/null; then
+    umount "$probe/merged"
+    echo overlay2 vfs
+  else
+    echo vfs
+  fi
+  rm -rf "$probe"
+}
+
+start_dockerd() {  # DRIVER: starts dockerd with it; 0 when it answers
+  log "starting dockerd ($1 storage; log: $WORK/dockerd.log)"
+  # In its own session: a script's background jobs share its process
+  # group, so the terminal's Ctrl-C reached dockerd too, which then
+  # stopped every container and exited before the script could remove
+  # them (they were left behind, stopped).
+  setsid dockerd --storage-driver="$1" >>"$WORK/dockerd.log" 2>&1 &
+  DOCKERD_PID=$!
+  for _ in $(seq 60); do
+    docker info >/dev/null 2>&1 && return 0
+    kill -0 "$DOCKERD_PID" 2>/dev/null || break
+    sleep 1
+  done
+  log "dockerd with $1 storage did not start: $(tail -2 "$WORK/dockerd.log" | tr '\n' ' ')"
+  stop_dockerd
+  return 1
 }
 
 stop_dockerd() {  # the daemon ensure_docker started, if any
