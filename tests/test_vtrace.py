@@ -35,12 +35,14 @@ def reference_vtrace(
   rho_bar=1.0,
   c_bar=1.0,
   pg_rho_bar=1.0,
+  lam=1.0,
 ):
   """Eq. (1) as an explicit sum of products, per (s, b), cut at episode ends.
 
   v_s = V(x_s) + sum_{t=s}^{k} (prod_{i=s}^{t-1} discounts_i c_i) delta_t with
-  delta_t = rho_t (r_t + discounts_t next_values_t - V(x_t)); k is the first
-  t >= s with trace_mask_t = 0, or T-1.
+  delta_t = rho_t (r_t + discounts_t next_values_t - V(x_t)) and
+  c_i = lam min(c_bar, rho_i); k is the first t >= s with trace_mask_t = 0,
+  or T-1.
   """
   num_steps, batch = values.shape
   rhos = np.exp(log_rhos)
@@ -52,7 +54,7 @@ def reference_vtrace(
       for t in range(s, num_steps):
         coefficient = 1.0
         for i in range(s, t):
-          coefficient *= discounts[i, b] * min(c_bar, rhos[i, b])
+          coefficient *= discounts[i, b] * lam * min(c_bar, rhos[i, b])
         delta = min(rho_bar, rhos[t, b]) * (
           rewards[t, b] + discounts[t, b] * next_values[t, b] - values[t, b]
         )
@@ -80,6 +82,7 @@ def reference_from_flags(
   rho_bar=1.0,
   c_bar=1.0,
   pg_rho_bar=1.0,
+  lam=1.0,
 ):
   """V-trace over an unroll of T+1 steps from the raw Unroll fields.
 
@@ -117,7 +120,7 @@ def reference_from_flags(
         total += weight * delta
         if ends_after(t, b):
           break
-        weight *= gamma * min(c_bar, rhos[t, b])
+        weight *= gamma * lam * min(c_bar, rhos[t, b])
       vs[s, b] = total
     for s in range(num_steps):
       if ends_after(s, b) or s + 1 == num_steps:
@@ -162,6 +165,12 @@ def run_vtrace(inputs, **clips):
     dict(
       clip_rho_threshold=1.7, clip_c_threshold=0.6, clip_pg_rho_threshold=1.2
     ),
+    dict(
+      clip_rho_threshold=1.7,
+      clip_c_threshold=0.6,
+      clip_pg_rho_threshold=1.2,
+      trace_lambda=0.8,
+    ),
   ],
 )
 def test_random_inputs_match_reference_with_clipping(clips):
@@ -176,12 +185,14 @@ def test_random_inputs_match_reference_with_clipping(clips):
     rho_bar=clips["clip_rho_threshold"],
     c_bar=clips["clip_c_threshold"],
     pg_rho_bar=clips["clip_pg_rho_threshold"],
+    lam=clips.get("trace_lambda", 1.0),
   )
   np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
 
 
-def test_random_boundaries_match_reference():
+@pytest.mark.parametrize("lam", [1.0, 0.7])
+def test_random_boundaries_match_reference(lam):
   rng = np.random.default_rng(1)
   inputs = random_boundary_inputs(rng, num_steps=9, batch=6)
   terminated = rng.random([9, 6]) < 0.2
@@ -191,8 +202,8 @@ def test_random_boundaries_match_reference():
     truncated, rng.normal(size=[9, 6]), inputs["next_values"]
   )
   inputs["trace_mask"] = 1.0 - (terminated | truncated)
-  vs, adv = run_vtrace(inputs)
-  ref_vs, ref_adv = reference_vtrace(**inputs)
+  vs, adv = run_vtrace(inputs, trace_lambda=lam)
+  ref_vs, ref_adv = reference_vtrace(**inputs, lam=lam)
   np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
 
@@ -238,14 +249,21 @@ def unroll_flags(num_steps, batch, terminated_at=(), truncated_at=()):
 
 
 def targets_matching_reference(
-  log_rhos, reward, terminated, truncated, bootstrap, values, gamma
+  log_rhos, reward, terminated, truncated, bootstrap, values, gamma, lam=1.0
 ):
   """transition_targets, asserted equal to reference_from_flags."""
   vs, adv = transition_targets(
-    log_rhos, reward, terminated, truncated, bootstrap, values, gamma
+    log_rhos,
+    reward,
+    terminated,
+    truncated,
+    bootstrap,
+    values,
+    gamma,
+    trace_lambda=lam,
   )
   ref_vs, ref_adv = reference_from_flags(
-    log_rhos, reward, terminated, truncated, bootstrap, values, gamma
+    log_rhos, reward, terminated, truncated, bootstrap, values, gamma, lam=lam
   )
   np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
@@ -382,10 +400,69 @@ def test_on_policy_reduces_to_nstep_returns(gamma):
   np.testing.assert_allclose(adv, expected - values[:-1], rtol=1e-5, atol=1e-5)
 
 
+def lambda_returns(
+  reward, terminated, truncated, bootstrap_value, values, gamma, lam
+):
+  """On-policy lambda-returns (Sutton & Barto, eq. 12.2), recursively.
+
+  G_s = r_{s+1} + gamma ((1 - lam) V(x_{s+1}) + lam G_{s+1}) inside an
+  episode; G_s = r_{s+1} after a termination, r_{s+1} + gamma
+  bootstrap_value after a truncation, and r_{s+1} + gamma V(x_T) at the
+  unroll's last step (the unroll's end bootstraps like an n-step return).
+  """
+  num_steps = reward.shape[0] - 1
+  returns = np.zeros([num_steps, reward.shape[1]])
+  for b in range(reward.shape[1]):
+    following = None
+    for s in reversed(range(num_steps)):
+      if terminated[s + 1, b]:
+        g = reward[s + 1, b]
+      elif truncated[s + 1, b]:
+        g = reward[s + 1, b] + gamma * bootstrap_value[s + 1, b]
+      elif s + 1 == num_steps:
+        g = reward[s + 1, b] + gamma * values[s + 1, b]
+      else:
+        g = reward[s + 1, b] + gamma * (
+          (1 - lam) * values[s + 1, b] + lam * following
+        )
+      returns[s, b] = g
+      following = g
+  return returns
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5, 0.95])
+def test_on_policy_lambda_reduces_to_lambda_returns(lam):
+  rng = np.random.default_rng(8)
+  num_steps, batch = 8, 4
+  terminated, truncated = unroll_flags(
+    num_steps, batch, terminated_at=[(3, 0), (8, 2)], truncated_at=[(5, 1)]
+  )
+  values = rng.normal(size=[num_steps + 1, batch])
+  reward = rng.normal(size=[num_steps + 1, batch])
+  bootstrap = rng.normal(size=values.shape)
+  log_rhos = np.zeros([num_steps, batch])
+  vs, adv = targets_matching_reference(
+    log_rhos, reward, terminated, truncated, bootstrap, values, 0.97, lam
+  )
+  expected = lambda_returns(
+    reward, terminated, truncated, bootstrap, values, 0.97, lam
+  )
+  np.testing.assert_allclose(vs, expected, rtol=1e-5, atol=1e-5)
+  if lam == 0.0:
+    # One-step targets: v_s - V(x_s) is the TD error.
+    td = reward[1:] + 0.97 * (1 - terminated[1:]) * values[1:] - values[:-1]
+    inside = ~(terminated[1:] | truncated[1:])
+    np.testing.assert_allclose(
+      (vs - values[:-1])[inside], td[inside], rtol=1e-5, atol=1e-5
+    )
+
+
 def test_vtrace_rejects_bad_inputs():
   good = random_boundary_inputs(np.random.default_rng(6), 3, 2)
   with pytest.raises(ValueError, match="clip_c_threshold must be > 0"):
     run_vtrace(good, clip_c_threshold=0.0)
+  with pytest.raises(ValueError, match=r"trace_lambda must be in \[0, 1\]"):
+    run_vtrace(good, trace_lambda=1.5)
   bad = dict(good, rewards=np.zeros([3, 3]))
   with pytest.raises(ValueError, match="rewards has shape"):
     run_vtrace(bad)
@@ -404,9 +481,10 @@ def np_log_softmax(logits):
   return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
 
 
+@pytest.mark.parametrize("lam", [1.0, 0.9])
 @pytest.mark.parametrize("policy_loss", ["pg", "clip"])
 @pytest.mark.parametrize("normalize", [False, True])
-def test_impala_loss_matches_numpy_reference(normalize, policy_loss):
+def test_impala_loss_matches_numpy_reference(normalize, policy_loss, lam):
   rng = np.random.default_rng(7)
   num_steps, batch, num_actions = 6, 4, 3
   gamma, value_cost, entropy_cost = 0.9, 0.5, 0.02
@@ -436,6 +514,7 @@ def test_impala_loss_matches_numpy_reference(normalize, policy_loss):
     normalize_advantage=normalize,
     policy_loss=policy_loss,
     clip_ratio=EPS,
+    trace_lambda=lam,
   )
 
   log_pi = np_log_softmax(logits)[:-1]
@@ -445,7 +524,7 @@ def test_impala_loss_matches_numpy_reference(normalize, policy_loss):
     picked - np.take_along_axis(log_mu, action[:-1, :, None], -1)[..., 0]
   )
   vs, adv = reference_from_flags(
-    log_rhos, reward, terminated, truncated, bootstrap, values, gamma
+    log_rhos, reward, terminated, truncated, bootstrap, values, gamma, lam=lam
   )
   rhos = np.exp(log_rhos)
   if policy_loss == "clip":  # the ratio carries the importance weight

@@ -92,6 +92,10 @@ def test_config_validation_messages():
     VtraceConfig(batch_size=0)
   with pytest.raises(ValueError, match=r"discount must be in \[0, 1\]"):
     VtraceConfig(discount=1.5)
+  with pytest.raises(
+    ValueError, match=r"VtraceConfig.trace_lambda must be in \[0, 1\]"
+  ):
+    VtraceConfig(trace_lambda=-0.1)
   with pytest.raises(ValueError, match="clip_rho_threshold must be > 0"):
     VtraceConfig(clip_rho_threshold=-1.0)
   with pytest.raises(ValueError, match="optimizer 'sgd' is unknown"):

@@ -321,6 +321,7 @@ class VtraceAgent(queue_fed.QueueAgent):
           normalize_advantage=cfg.normalize_advantages,
           policy_loss=cfg.policy_loss,
           clip_ratio=cfg.clip_ratio,
+          trace_lambda=cfg.trace_lambda,
         )
       return tape.gradient(total, variables), metrics
 

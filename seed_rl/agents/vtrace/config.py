@@ -43,6 +43,9 @@ class VtraceConfig:
       discount: gamma per agent step.
       reward_clipping: 'none', 'abs_one' or 'soft_asymmetric' (training
         targets only; the LSTM's reward input is always clipped to [-1, 1]).
+      trace_lambda: lambda in [0, 1] of the trace coefficients
+        c_i = lambda min(c_bar, pi/mu) (SEED RL's lambda_; 1 is eq. (1) of
+        the paper, lower values shorten the trace like GAE's lambda).
     Loss weights and clipping:
       entropy_cost: weight of the entropy bonus.
       value_cost: weight of the value loss 0.5 * mean (v_s - V(x_s))^2, the
@@ -87,6 +90,7 @@ class VtraceConfig:
   # Returns and targets.
   discount: float = 0.99
   reward_clipping: str = "none"
+  trace_lambda: float = 1.0
   # Loss weights and clipping.
   entropy_cost: float = 0.001
   value_cost: float = 0.5
@@ -142,6 +146,7 @@ class VtraceConfig:
         )
     checks.max_grad_norm(self)
     checks.discount(self)
+    checks.in_unit_interval(self, "trace_lambda")
     checks.non_negative(
       self,
       "entropy_cost",

@@ -50,6 +50,7 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
   normalize_advantage: bool = False,
   policy_loss: str = "pg",
   clip_ratio: float = 0.1,
+  trace_lambda: float = 1.0,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """Computes the IMPALA loss over one batch of unrolls.
 
@@ -79,6 +80,8 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
       A_s = reward_s + gamma v_{s+1} - V(x_s) without the importance
       weight).
     clip_ratio: eps of 'clip'.
+    trace_lambda: lambda of the trace coefficients c_i = lambda min(c_bar,
+      rho_i) (1: the paper's V-trace).
 
   Returns:
     total loss (scalar) and a dict of scalar metrics (docs/METRICS.md);
@@ -114,6 +117,7 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
     clip_c_threshold=clip_c_threshold,
     clip_pg_rho_threshold=clip_pg_rho_threshold,
     weight_pg_advantages=not clipped,
+    trace_lambda=trace_lambda,
   )
 
   raw_advantages = pg_advantages

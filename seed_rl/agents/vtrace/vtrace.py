@@ -20,7 +20,9 @@ first episode end k >= s (or at the unroll end T-1):
   v_s = V(x_s) + sum_{t=s}^{k} (prod_{i=s}^{t-1} discounts_i c_i) delta_t,
   delta_t = rho_t (r_t + discounts_t next_values_t - V(x_t)),
 
-with rho_t = min(rho_bar, pi/mu) and c_i = min(c_bar, pi/mu). Splitting off the
+with rho_t = min(rho_bar, pi/mu) and c_i = lambda min(c_bar, pi/mu) (lambda = 1
+in eq. (1); section 4.1 of the paper notes that lambda < 1 may be mixed in,
+as TD(lambda) and GAE do, trading the trace's variance for bias). Splitting off the
 t = s term gives the backward recursion used below, with acc_s = v_s - V(x_s):
 
   acc_s = delta_s + discounts_s trace_mask_s c_s acc_{s+1},   acc_T = 0.
@@ -52,6 +54,7 @@ def vtrace_targets(  # noqa: PLR0913 (the paper's inputs and clips, by name)
   clip_c_threshold: float = 1.0,
   clip_pg_rho_threshold: float = 1.0,
   weight_pg_advantages: bool = True,
+  trace_lambda: float = 1.0,
 ) -> Tuple[tf.Tensor, tf.Tensor]:
   """Computes V-trace value targets and policy-gradient advantages.
 
@@ -69,6 +72,8 @@ def vtrace_targets(  # noqa: PLR0913 (the paper's inputs and clips, by name)
     weight_pg_advantages: False leaves the importance weight off the pg
       advantage (r_t + discounts_t v'_{t+1} - V(x_t)), for an objective
       that carries the ratio pi/mu itself (PPO's clipped surrogate).
+    trace_lambda: lambda in [0, 1] of c_i = lambda min(c_bar, pi/mu); 1 is
+      the paper's V-trace, 0 the one-step target V + rho_s delta_s.
 
   Returns:
     vs: [T, B] V-trace value targets v_t.
@@ -77,6 +82,10 @@ def vtrace_targets(  # noqa: PLR0913 (the paper's inputs and clips, by name)
     Both carry no gradient.
   """
   _check_thresholds(clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold)
+  if not 0.0 <= trace_lambda <= 1.0:
+    raise ValueError(
+      f"vtrace_targets: trace_lambda must be in [0, 1], got {trace_lambda}"
+    )
   values = tf.convert_to_tensor(values, tf.float32)
   log_rhos, discounts, rewards, next_values, trace_mask = (
     _time_major_float32(name, tensor, values)
@@ -92,7 +101,7 @@ def vtrace_targets(  # noqa: PLR0913 (the paper's inputs and clips, by name)
 
   rhos = tf.exp(log_rhos)
   clipped_rhos = tf.minimum(clip_rho_threshold, rhos)
-  cs = tf.minimum(clip_c_threshold, rhos)
+  cs = trace_lambda * tf.minimum(clip_c_threshold, rhos)
   deltas = clipped_rhos * (rewards + discounts * next_values - values)
   trace_coefficients = discounts * trace_mask * cs
 
