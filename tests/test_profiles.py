@@ -128,7 +128,13 @@ def test_atari_vtrace_defaults_and_the_previous_update_overlay():
   assert (old.policy_loss, old.normalize_advantages) == ("pg", False)
   assert (old.optimizer, old.learning_rate) == ("rmsprop", 7e-4)
   # Everything else is shared.
-  for field in ("discount", "entropy_cost", "value_cost", "max_grad_norm"):
+  for field in (
+    "discount",
+    "trace_lambda",
+    "entropy_cost",
+    "value_cost",
+    "max_grad_norm",
+  ):
     assert getattr(old, field) == getattr(new, field), field
   assert old.reward_clipping == new.reward_clipping == "abs_one"
 
