@@ -20,9 +20,9 @@ first episode end k >= s (or at the unroll end T-1):
   v_s = V(x_s) + sum_{t=s}^{k} (prod_{i=s}^{t-1} discounts_i c_i) delta_t,
   delta_t = rho_t (r_t + discounts_t next_values_t - V(x_t)),
 
-with rho_t = min(rho_bar, pi/mu) and c_i = lambda min(c_bar, pi/mu) (lambda = 1
-in eq. (1); section 4.1 of the paper notes that lambda < 1 may be mixed in,
-as TD(lambda) and GAE do, trading the trace's variance for bias). Splitting off the
+with rho_t = min(rho_bar, pi/mu) and c_i = lambda min(c_bar, pi/mu). Eq. (1)
+has lambda = 1; lambda < 1 (SEED RL's lambda_, as in Retrace(lambda), TD(lambda)
+and GAE) trades the trace's variance for bias. Splitting off the
 t = s term gives the backward recursion used below, with acc_s = v_s - V(x_s):
 
   acc_s = delta_s + discounts_s trace_mask_s c_s acc_{s+1},   acc_T = 0.
