@@ -245,6 +245,22 @@ def test_unroll_queue_blocks_when_full_and_stop_releases():
   assert queue.put(make_unroll(b=1)) is False
 
 
+def test_unroll_queue_counts_the_consumers_wait_and_its_fill():
+  queue = UnrollQueue(capacity=8, batch_size=2)
+  for first in range(0, 6, 2):
+    queue.put(make_unroll(b=2, first_env=first))
+  assert queue.get_batch().batch_size == 2
+  assert queue.fill_at_last_get == 6 / 8  # taken with 6 of 8 queued
+  assert queue.consumer_wait_s == 0.0  # the data was there
+  queue.get_batch()
+  queue.get_batch()
+  assert queue.fill_at_last_get == 2 / 8
+  threading.Timer(0.3, lambda: queue.put(make_unroll(b=2))).start()
+  assert queue.get_batch().batch_size == 2  # waits for the timer's put
+  assert 0.2 <= queue.consumer_wait_s < 5.0
+  assert queue.fill_at_last_get == 2 / 8
+
+
 def test_unroll_queue_rejects_bad_sizes():
   with pytest.raises(ValueError, match="batch_size <= capacity"):
     UnrollQueue(capacity=2, batch_size=3)

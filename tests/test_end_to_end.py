@@ -262,6 +262,8 @@ AGENT_DIAGNOSTICS = {
     "advantage/std",
     "vtrace/rho_mean",
     "vtrace/rho_clipped_fraction",
+    "perf/queue_fill",
+    "perf/train_data_wait",
   },
   "ppo": {
     "loss/policy",
@@ -273,6 +275,8 @@ AGENT_DIAGNOSTICS = {
     "advantage/std",
     "policy/approx_kl",
     "policy/clip_fraction",
+    "perf/queue_fill",
+    "perf/train_data_wait",
   },
   "dqn": {
     "loss/td",

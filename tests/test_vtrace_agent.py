@@ -229,9 +229,19 @@ def test_back_pressure_and_stop():
   blocked.start()
   time.sleep(0.2)
   assert blocked.is_alive(), "add_unrolls must block while the queue is full"
-  agent.train_step()  # frees 4 slots
+  metrics = agent.train_step()  # frees 4 slots
+  # Taken from a full queue: training is what binds.
+  assert metrics["perf/queue_fill"] == 1.0
+  assert "perf/train_data_wait" not in metrics  # no previous batch yet
   blocked.join(timeout=5)
   assert not blocked.is_alive()
+  agent.train_step()  # the 8 queued now, in two batches without waiting
+  agent.train_step()
+  # The next batch arrives 0.3 s after training asks for it.
+  threading.Timer(0.3, agent.add_unrolls, args=(unroll,)).start()
+  metrics = agent.train_step()
+  assert metrics["perf/queue_fill"] == 0.5  # 4 of 8: the actors bind
+  assert 0.2 < metrics["perf/train_data_wait"] <= 1.0
   stuck = threading.Thread(target=agent.add_unrolls, args=(unroll,))
   stuck.start()
   agent.stop()

@@ -16,6 +16,7 @@ action was drawn from (see common/distributions.py).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
@@ -66,6 +67,9 @@ class QueueAgent(Agent):
 
   def _init_queue(self, capacity: int, batch_size: int) -> None:
     self._queue = UnrollQueue(capacity, batch_size)
+    # perf/queue_fill and perf/train_data_wait of the latest batch taken.
+    self._queue_metrics: Dict[str, float] = {}
+    self._last_take: Optional[Tuple[float, float]] = None  # (time, wait_s)
 
   @property
   def step_counter(self) -> tf.Variable:
@@ -84,8 +88,30 @@ class QueueAgent(Agent):
     batch = self._queue.get_batch()
     if batch is None:
       return None
+    self._note_queue(time.perf_counter())
     version = batch.policy_version[:, :trained_steps]
     return batch, agent_api.policy_lag(self._step_counter.numpy(), version)
+
+  def _note_queue(self, now: float) -> None:
+    """Which side binds, as of the batch just taken: the queue's fill then
+    (perf/queue_fill) and the share of the time since the previous batch
+    that training spent waiting for this one (perf/train_data_wait)."""
+    queue = self._queue
+    self._queue_metrics = {"perf/queue_fill": queue.fill_at_last_get}
+    if self._last_take is not None:
+      then, wait_then = self._last_take
+      self._queue_metrics["perf/train_data_wait"] = min(
+        1.0, (queue.consumer_wait_s - wait_then) / max(now - then, 1e-9)
+      )
+    self._last_take = (now, queue.consumer_wait_s)
+
+  def _step_result(
+    self, metrics: Mapping[str, Any], policy_lag: float, samples: float
+  ) -> Dict[str, float]:
+    """step_result plus the queue's perf/queue_fill, perf/train_data_wait."""
+    result = step_result(metrics, policy_lag, samples)
+    result.update(self._queue_metrics)
+    return result
 
   def checkpoint_objects(self) -> Dict[str, Any]:
     return {

@@ -21,6 +21,7 @@ CONSOLE_METRICS = (
   "grad/norm",
   "perf/updates_per_s",
   "perf/policy_lag",
+  "perf/queue_fill",
 )
 _SHORT = {
   "policy/entropy": "entropy",
@@ -30,6 +31,7 @@ _SHORT = {
   "grad/norm": "gnorm",
   "perf/updates_per_s": "upd/s",
   "perf/policy_lag": "lag",
+  "perf/queue_fill": "qfill",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
+import time
 from typing import Any, Deque, Dict, List, Optional
 
 import numpy as np
@@ -57,6 +58,10 @@ class UnrollQueue:
     self._size = 0
     self._stopped = False
     self._cond = threading.Condition()
+    # For the learner's diagnostics: seconds get_batch has waited for data
+    # (since the queue was made), and the fill when the last batch was taken.
+    self.consumer_wait_s = 0.0
+    self.fill_at_last_get = 0.0
 
   def __len__(self) -> int:
     with self._cond:
@@ -83,10 +88,17 @@ class UnrollQueue:
   def get_batch(self) -> Optional[Unroll]:
     """Dequeues exactly `batch_size` unrolls; None once stopped."""
     with self._cond:
-      while self._size < self.batch_size and not self._stopped:
-        self._cond.wait()
+      if self._size < self.batch_size and not self._stopped:
+        start = time.perf_counter()
+        while self._size < self.batch_size and not self._stopped:
+          self._cond.wait()
+        self.consumer_wait_s += time.perf_counter() - start
       if self._stopped:
         return None
+      # Near 1 while the trainer is what binds (the actors wait on a full
+      # queue and the policy lag grows with the capacity); near
+      # batch_size / capacity while the actors are.
+      self.fill_at_last_get = self._size / self.capacity
       parts, needed = [], self.batch_size
       while needed:
         piece = self._pieces.popleft()

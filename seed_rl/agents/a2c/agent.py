@@ -111,9 +111,7 @@ class A2CAgent(queue_fed.RawActionAgent):
       return {}
     batch, policy_lag = taken
     metrics = self._train_fn(*self._transition_batch(batch))
-    return queue_fed.step_result(
-      metrics, policy_lag, t * self.config.batch_size
-    )
+    return self._step_result(metrics, policy_lag, t * self.config.batch_size)
 
   # ---- compiled functions ------------------------------------------------
 

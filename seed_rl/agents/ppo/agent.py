@@ -255,7 +255,7 @@ class PPOAgent(queue_fed.RawActionAgent):
         )
       )
     self._step_counter.assign_add(1)
-    result = queue_fed.step_result(
+    result = self._step_result(
       out, policy_lag, float(t * b) * float(out["ppo/epochs"])
     )
     result["opt/learning_rate"] = learning_rate

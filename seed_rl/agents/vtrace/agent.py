@@ -215,7 +215,7 @@ class VtraceAgent(queue_fed.QueueAgent):
         for name, value in metrics.items():
           sums[name] = sums.get(name, 0.0) + float(value)
         updates += 1
-    return queue_fed.step_result(
+    return self._step_result(
       {name: value / updates for name, value in sums.items()},
       policy_lag,
       cfg.unroll_length * cfg.batch_size * cfg.num_epochs,
