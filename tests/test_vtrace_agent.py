@@ -242,8 +242,12 @@ def test_back_pressure_and_stop():
   metrics = agent.train_step()
   assert metrics["perf/queue_fill"] == 0.5  # 4 of 8: the actors bind
   assert 0.2 < metrics["perf/train_data_wait"] <= 1.0
+  agent.add_unrolls(unroll)
+  agent.add_unrolls(unroll)  # full again
   stuck = threading.Thread(target=agent.add_unrolls, args=(unroll,))
   stuck.start()
+  time.sleep(0.2)
+  assert stuck.is_alive()
   agent.stop()
   stuck.join(timeout=5)
   assert not stuck.is_alive(), "stop() must unblock add_unrolls"
