@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 source scripts/setup_env.sh
-exec python -m pytest -q -p no:cacheprovider "$@"
+# --durations keeps the slowest cases in every CI log, so the 20-minute aim
+# can be watched and the slowest end-to-end cases moved to benchmarks/.
+exec python -m pytest -q -p no:cacheprovider --durations=15 "$@"
