@@ -29,8 +29,9 @@ from typing import Dict, Tuple
 import numpy as np
 
 
-def read_curve(logdir: str):
-  """Returns (env_steps [N], returns [N]) from a run's event files."""
+def read_curve(logdir: str, tag: str = "episode/return"):
+  """Returns (env_steps [N], values of `tag` [N], minutes since the first
+  point [N]) from a run's event files."""
   from tensorboard.backend.event_processing import event_accumulator
 
   steps_by_step: Dict[int, float] = {}
@@ -41,12 +42,12 @@ def read_curve(logdir: str):
       path, size_guidance={event_accumulator.TENSORS: 0}
     )
     acc.Reload()
-    for tag, table in (
+    for name, table in (
       ("perf/env_steps", steps_by_step),
-      ("episode/return", returns_by_step),
+      (tag, returns_by_step),
     ):
-      if tag in acc.Tags().get("tensors", []):
-        for event in acc.Tensors(tag):
+      if name in acc.Tags().get("tensors", []):
+        for event in acc.Tensors(name):
           table[event.step] = float(
             np.asarray(tf_make_ndarray(event.tensor_proto))
           )

@@ -1,4 +1,5 @@
-"""The benchmark scripts users run: learn.py over seeds, plot_curves.py."""
+"""The benchmark scripts users run: learn.py over seeds, plot_curves.py,
+compare_reference.py."""
 
 import json
 import os
@@ -56,16 +57,16 @@ def test_learn_over_two_seeds_prints_a_line_each_and_a_summary(tmp_path):
     assert "VtraceConfig.learning_rate = 0.00123" in f.read()
 
 
-def _fake_run(logdir, slope, steps=20):
+def _fake_run(logdir, slope, steps=20, tag="episode/return"):
   """Event files as the learner writes them: perf/env_steps and
-  episode/return at the same learner steps."""
+  `tag` at the same learner steps."""
   import tensorflow as tf
 
   writer = tf.summary.create_file_writer(str(logdir))
   with writer.as_default():
     for step in range(1, steps + 1):
       tf.summary.scalar("perf/env_steps", 1000.0 * step, step=step)
-      tf.summary.scalar("episode/return", slope * step, step=step)
+      tf.summary.scalar(tag, slope * step, step=step)
   writer.close()
 
 
@@ -115,3 +116,98 @@ def test_plot_curves_reference_points_parse_or_name_the_bad_point():
   ):
     with pytest.raises(ValueError, match=words):
       plot_curves.parse_reference(bad)
+
+
+def _compare_reference():
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  try:
+    import compare_reference
+  finally:
+    sys.path.pop(0)
+  return compare_reference
+
+
+def test_compare_reference_judges_seeds_at_agent_steps_and_minutes(
+  tmp_path, capsys
+):
+  """A logdir (event files) and a console log are two seeds; the reference
+  is y = x / 100 between 0 and 10,000 agent steps."""
+  from seed_rl.common.metrics import progress_line
+
+  _fake_run(tmp_path / "a", 10.0, steps=10, tag="episode/return_last100")
+  console = tmp_path / "b.out"
+  lines = [
+    "actor 0: 500 env steps/s",
+    progress_line(30, 1, 500, 50, None, 0, {}),
+  ]
+  for k in range(1, 9):  # one line a minute, 1,000 agent steps a minute
+    lines.append(progress_line(60 * k, 10 * k, 1000 * k, 16.7, 20.0 * k, k, {}))
+  console.write_text("\n".join(lines) + "\n")
+  compare_reference = _compare_reference()
+  args = [str(tmp_path / "a"), str(console), "--reference", "R:0=0,1e4=100"]
+  assert (
+    compare_reference.main(args + ["--at", "2500,9500", "--minutes", "5"]) == 0
+  )
+  out = json.loads(capsys.readouterr().out)
+  first, second = out["at_agent_steps"]
+  assert first["returns"] == [25.0, 50.0] and first["n"] == 2
+  assert first["mean"] == 37.5 and first["reference"] == 25.0
+  assert first["ratio"] == 1.5 and first["difference"] == 12.5
+  # The console run ended at 8,000 agent steps: not in the mean at 9,500.
+  assert second["returns"] == [95.0, None] and second["n"] == 1
+  assert second["ratio"] == 1.0
+  a, b = out["at_minutes"]["runs"]
+  assert b["reached"] and b["minutes"] == 5.0 and b["agent_steps"] == 5000
+  assert b["return_last100"] == 100.0 and b["reference"] == 50.0
+  assert b["ratio"] == 2.0
+  # The event files were written within a second: judged at their end.
+  assert not a["reached"] and a["agent_steps"] == 10000
+  assert out["at_minutes"]["at_or_above_reference"] == 2
+  assert [r["source"] for r in out["runs"]] == ["event files", "console log"]
+  # Without --at, the reference's own points; outside them, no reference.
+  assert compare_reference.main(args) == 0
+  out = json.loads(capsys.readouterr().out)
+  assert [m["agent_steps"] for m in out["at_agent_steps"]] == [0.0, 1e4]
+
+
+def test_compare_reference_names_what_it_cannot_read(tmp_path, capsys):
+  compare_reference = _compare_reference()
+  _fake_run(tmp_path / "old", 1.0, steps=3)  # episode/return only
+  back = tmp_path / "two_runs.out"
+  from seed_rl.common.metrics import progress_line
+
+  back.write_text(
+    progress_line(60, 1, 10, 1, 1.0, 1, {})
+    + "\n"
+    + progress_line(5, 1, 10, 1, 1.0, 1, {})
+    + "\n"
+  )
+  for run, words in (
+    (tmp_path / "old", "no episode/return_last100 in its event files"),
+    (back, "the learner's clock goes back"),
+    (tmp_path / "missing", "neither a logdir nor a console log"),
+  ):
+    with pytest.raises(SystemExit) as e:
+      compare_reference.main([str(run), "--reference", "R:0=0,1=1"])
+    assert e.value.code == 2
+    assert words in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    compare_reference.main([str(back), "--reference", "R:0=0", "--at", "x"])
+  assert "--at 'x': expected comma-separated numbers" in capsys.readouterr().err
+
+
+def test_progress_lines_read_back_including_negative_returns():
+  from seed_rl.common.metrics import parse_progress_line, progress_line
+
+  line = progress_line(
+    3599.6, 48428, 3_875_104, 1179.2, -20.5, 2300, {"a/b": 1}
+  )
+  assert parse_progress_line(line + " | 99% done, ETA 0m01s") == {
+    "elapsed_s": 3600.0,
+    "learner_steps": 48428.0,
+    "env_steps": 3875104.0,
+    "return_last100": -20.5,
+    "episodes": 2300.0,
+  }
+  assert parse_progress_line(progress_line(1, 1, 1, 1, None, 0, {})) is None
+  assert parse_progress_line("[learner] checkpoint in /x") is None

@@ -133,4 +133,7 @@ def test_forged_episode_statistics_neither_count_nor_stop_the_run(tmp_path):
   returns = _scalars(logdir, "episode/return")
   assert returns and set(returns) == {1.0}, returns
   assert set(_scalars(logdir, "episode/length")) == {1.0}
+  # The console's return(last100), as compare_reference.py reads it.
+  last100 = _scalars(logdir, "episode/return_last100")
+  assert last100 and last100[-1] == result["final_return"], last100
   assert _scalars(logdir, "integrity/episode_stat_mismatches")[-1] == episodes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import math
+import re
 import sys
 import threading
 from typing import DefaultDict, Deque, Dict, Mapping, Optional
@@ -149,6 +150,32 @@ def progress_line(
     f"{_SHORT.get(k, k.split('/')[-1])} {v:.3g}" for k, v in extra.items()
   ]
   return " | ".join(parts)
+
+
+# Reads progress_line back (benchmarks/compare_reference.py takes console
+# logs as well as event files; older runs have only the former).
+_PROGRESS = re.compile(
+  r"\[learner\s+(?P<elapsed_s>\d+)s\]\s*\|\s*step\s+(?P<learner_steps>\d+)"
+  r"\s*\|\s*env steps\s+(?P<env_steps>[\d,]+)\s*\([^)]*\)"
+  r"\s*\|\s*return\(last100\)\s+(?P<ret>\S+)"
+  r"\s*\|\s*episodes\s+(?P<episodes>\d+)"
+)
+
+
+def parse_progress_line(line: str) -> Optional[Dict[str, float]]:
+  """The numbers of one progress_line (elapsed_s, learner_steps, env_steps,
+  return_last100, episodes), or None for any other line or before the
+  first episode ended (return n/a)."""
+  m = _PROGRESS.search(line)
+  if m is None or m.group("ret") == "n/a":
+    return None
+  return {
+    "elapsed_s": float(m.group("elapsed_s")),
+    "learner_steps": float(m.group("learner_steps")),
+    "env_steps": float(m.group("env_steps").replace(",", "")),
+    "return_last100": float(m.group("ret")),
+    "episodes": float(m.group("episodes")),
+  }
 
 
 def log(msg: str) -> None:

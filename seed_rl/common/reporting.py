@@ -88,6 +88,12 @@ class Reporter:
     """Episodes and rates of the interval since the last report."""
     last, dt = self._last, max(now - self._last_time, 1e-9)
     scalars = self.episodes.drain()
+    # The console's return(last100), the --target_return criterion: curves
+    # compared across runs and with published ones read this, not the
+    # interval's few episodes (benchmarks/compare_reference.py).
+    recent = self.episodes.recent_mean()
+    if recent is not None:
+      scalars["episode/return_last100"] = recent
     env_steps = c.env_steps - last.env_steps
     scalars["perf/env_steps_per_s"] = env_steps / dt
     scalars["perf/updates_per_s"] = (c.learner_steps - last.learner_steps) / dt
