@@ -14,7 +14,8 @@ min-max band), a name used once is a plain line, e.g.
 against wall-clock minutes. --reference "NAME:X=Y,X=Y,..." (repeatable)
 marks a published curve's points on the agent-steps panel, e.g. CleanRL's
 PPO at matched agent steps:
---reference "CleanRL PPO:2e6=530,4e6=660,5e6=760". Needs the `bench`
+--reference "CleanRL PPO:2e6=530,4e6=660,5e6=760". --tag episode/return_last100
+draws the smoother mean of the last 100 episodes instead. Needs the `bench`
 extra (matplotlib).
 """
 
@@ -104,6 +105,13 @@ def _parser() -> argparse.ArgumentParser:
     "--x", choices=("env_steps", "minutes", "both"), default="env_steps"
   )
   p.add_argument(
+    "--tag",
+    default="episode/return",
+    help="the scalar to draw: episode/return (episodes ended in each "
+    "logging interval) or episode/return_last100 (the console's smoother "
+    "mean of the last 100, logged since 2026-11-27)",
+  )
+  p.add_argument(
     "--reference",
     action="append",
     default=[],
@@ -111,6 +119,39 @@ def _parser() -> argparse.ArgumentParser:
     "drawn as markers on the agent-steps panel; repeatable",
   )
   return p
+
+
+def _draw_groups(ax, panel, groups, runs, labels, args) -> None:
+  """Each group's runs against `panel`'s x: the mean and min-max band of a
+  group of several (or the seeds and their mean without labels)."""
+  for name, members in groups.items():
+    curves = []
+    for i in members:
+      steps, y, minutes = runs[i][1]
+      x = steps if panel == "env_steps" else minutes
+      if x.size == 0:
+        print(f"no {args.tag} curve in {args.logdirs[i]}", file=sys.stderr)
+        continue
+      curves.append((x, y))
+      if not labels:
+        ax.plot(x, y, alpha=0.35, lw=1, label=f"seed {i}")
+    if not curves:
+      continue
+    if len(curves) == 1 and labels:
+      ax.plot(*curves[0], lw=1.5, label=name)
+      continue
+    grid = np.linspace(0, min(c[0].max() for c in curves), 200)
+    ys = np.array([np.interp(grid, x, y) for x, y in curves])
+    line = ax.plot(
+      grid,
+      ys.mean(axis=0),
+      lw=2,
+      color="black" if not labels else None,
+      label=f"{name} (mean of {len(curves)})" if labels else name,
+    )[0]
+    ax.fill_between(
+      grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2
+    )
 
 
 def main(argv=None) -> int:
@@ -132,7 +173,9 @@ def main(argv=None) -> int:
   fig, axes = plt.subplots(
     1, len(panels), figsize=(7 * len(panels), 4.2), dpi=110, squeeze=False
   )
-  runs = [(i, read_curve(d)) for i, d in enumerate(args.logdirs)]
+  runs = [(i, read_curve(d, args.tag)) for i, d in enumerate(args.logdirs)]
+  if not any(curve[0].size for _, curve in runs):
+    p.error(f"no logdir has {args.tag} with perf/env_steps in its event files")
   # Logdirs sharing a label form a group (seeds of one setting): its mean
   # and min-max band over a common x grid; a group of one is its own line.
   # Without labels every logdir is a seed of one group.
@@ -141,34 +184,7 @@ def main(argv=None) -> int:
     name: [i for i, n in enumerate(names) if n == name] for name in names
   }
   for panel, ax in zip(panels, axes[0]):
-    for name, members in groups.items():
-      curves = []
-      for i in members:
-        steps, y, minutes = runs[i][1]
-        x = steps if panel == "env_steps" else minutes
-        if x.size == 0:
-          print(f"no curve in {args.logdirs[i]}", file=sys.stderr)
-          continue
-        curves.append((x, y))
-        if not labels:
-          ax.plot(x, y, alpha=0.35, lw=1, label=f"seed {i}")
-      if not curves:
-        continue
-      if len(curves) == 1 and labels:
-        ax.plot(*curves[0], lw=1.5, label=name)
-        continue
-      grid = np.linspace(0, min(c[0].max() for c in curves), 200)
-      ys = np.array([np.interp(grid, x, y) for x, y in curves])
-      line = ax.plot(
-        grid,
-        ys.mean(axis=0),
-        lw=2,
-        color="black" if not labels else None,
-        label=f"{name} (mean of {len(curves)})" if labels else name,
-      )[0]
-      ax.fill_between(
-        grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2
-      )
+    _draw_groups(ax, panel, groups, runs, labels, args)
     if panel == "env_steps":
       for ref_name, xs, ys in references:
         ax.plot(xs, ys, "o--", lw=1, ms=4, label=ref_name)
@@ -177,7 +193,11 @@ def main(argv=None) -> int:
       if panel == "env_steps"
       else "wall-clock minutes since the first log line"
     )
-    ax.set_ylabel("episode return (training episodes)")
+    ax.set_ylabel(
+      "mean return of the last 100 training episodes"
+      if args.tag == "episode/return_last100"
+      else "episode return (training episodes)"
+    )
     ax.set_title(args.title)
     ax.grid(alpha=0.3)
     ax.legend(loc="best")

@@ -98,6 +98,17 @@ def test_plot_curves_draws_groups_from_several_logdirs(tmp_path):
     timeout=120,
   )
   assert bad.returncode == 2 and "--labels has 2 names" in bad.stderr
+  # These runs predate episode/return_last100.
+  untagged = subprocess.run(
+    args + ["--out", str(out), "--tag", "episode/return_last100"] + dirs,
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert untagged.returncode == 2
+  assert "no logdir has episode/return_last100" in untagged.stderr
 
 
 def test_plot_curves_reference_points_parse_or_name_the_bad_point():
