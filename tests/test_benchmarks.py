@@ -74,39 +74,30 @@ def test_plot_curves_draws_groups_from_several_logdirs(tmp_path):
   for name, slope in (("a0", 1.0), ("a1", 2.0), ("b0", -1.0)):
     _fake_run(tmp_path / name, slope)
   out = tmp_path / "curves.png"
-  args = [sys.executable, "benchmarks/plot_curves.py", "--title", "t"]
   dirs = [str(tmp_path / n) for n in ("a0", "a1", "b0")]
-  proc = subprocess.run(
-    args + ["--out", str(out), "--labels", "A,A,B", "--x", "both"] + dirs,
-    cwd=ROOT,
-    env=ENV,
-    capture_output=True,
-    text=True,
-    timeout=120,
-  )
+
+  def plot(*flags):
+    return subprocess.run(
+      [sys.executable, "benchmarks/plot_curves.py", "--title", "t"]
+      + ["--out", str(out), *flags]
+      + dirs,
+      cwd=ROOT,
+      env=ENV,
+      capture_output=True,
+      text=True,
+      timeout=120,
+    )
+
+  proc = plot("--labels", "A,A,B", "--x", "both")
   assert proc.returncode == 0, proc.stderr[-2000:]
   import matplotlib.image
 
   image = matplotlib.image.imread(out)
   assert image.shape[0] > 300 and image.shape[1] > 1000  # two panels
-  bad = subprocess.run(
-    args + ["--out", str(out), "--labels", "A,B"] + dirs,
-    cwd=ROOT,
-    env=ENV,
-    capture_output=True,
-    text=True,
-    timeout=120,
-  )
+  bad = plot("--labels", "A,B")
   assert bad.returncode == 2 and "--labels has 2 names" in bad.stderr
   # These runs predate episode/return_last100.
-  untagged = subprocess.run(
-    args + ["--out", str(out), "--tag", "episode/return_last100"] + dirs,
-    cwd=ROOT,
-    env=ENV,
-    capture_output=True,
-    text=True,
-    timeout=120,
-  )
+  untagged = plot("--tag", "episode/return_last100")
   assert untagged.returncode == 2
   assert "no logdir has episode/return_last100" in untagged.stderr
 
