@@ -33,6 +33,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+# Reading event files imports TensorFlow: keep its start-up lines off stderr.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,6 +56,12 @@ def read_run(path: str) -> Dict[str, np.ndarray]:
         f"{path}: no {TAG} in its event files (learners write it since "
         "2026-11-27); pass the run's console log instead"
       )
+    clock_steps, elapsed, _ = read_curve(path, "perf/elapsed_s")
+    if clock_steps.size:
+      # The learner's own clock; event wall times otherwise, which start
+      # at the first logged point, not at the learner's start.
+      total = continuous_clock(elapsed)
+      minutes = np.interp(steps, clock_steps, total) / 60.0
   elif os.path.isfile(path):
     rows = []
     with open(path, errors="replace") as f:
@@ -78,6 +86,18 @@ def read_run(path: str) -> Dict[str, np.ndarray]:
   else:
     raise ValueError(f"{path}: neither a logdir nor a console log file")
   return {"steps": steps, "value": value, "minutes": minutes, "source": source}
+
+
+def continuous_clock(elapsed: np.ndarray) -> np.ndarray:
+  """[N] seconds of a clock that starts again from 0 in each process of a
+  resumed run, made to run on: each restart adds the time before it."""
+  out = np.asarray(elapsed, dtype=np.float64).copy()
+  offset = 0.0
+  for i in range(1, out.size):
+    if elapsed[i] < elapsed[i - 1]:
+      offset += float(elapsed[i - 1])
+    out[i] = elapsed[i] + offset
+  return out
 
 
 def interp_within(x: float, xs: np.ndarray, ys: np.ndarray) -> Optional[float]:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,6 +138,17 @@ def test_compare_reference_judges_seeds_at_agent_steps_and_minutes(
   from seed_rl.common.metrics import progress_line
 
   _fake_run(tmp_path / "a", 10.0, steps=10, tag="episode/return_last100")
+  import tensorflow as tf
+
+  # The learner's clock, one minute per step, resumed after step 5 (a new
+  # process counts from 0 again).
+  writer = tf.summary.create_file_writer(str(tmp_path / "a"))
+  with writer.as_default():
+    for step in range(1, 11):
+      tf.summary.scalar(
+        "perf/elapsed_s", 60.0 * (step - 5 * (step > 5)), step=step
+      )
+  writer.close()
   console = tmp_path / "b.out"
   lines = [
     "actor 0: 500 env steps/s",
@@ -162,8 +174,10 @@ def test_compare_reference_judges_seeds_at_agent_steps_and_minutes(
   assert b["reached"] and b["minutes"] == 5.0 and b["agent_steps"] == 5000
   assert b["return_last100"] == 100.0 and b["reference"] == 50.0
   assert b["ratio"] == 2.0
-  # The event files were written within a second: judged at their end.
-  assert not a["reached"] and a["agent_steps"] == 10000
+  # The event files' run by its learner clock, not their wall times
+  # (written within a second): minute 5 is step 5, across the resume.
+  assert a["reached"] and a["minutes"] == 5.0 and a["agent_steps"] == 5000
+  assert a["return_last100"] == 50.0 and a["ratio"] == 1.0
   assert out["at_minutes"]["at_or_above_reference"] == 2
   assert [r["source"] for r in out["runs"]] == ["event files", "console log"]
   # Without --at, the reference's own points; outside them, no reference.
@@ -213,3 +227,14 @@ def test_progress_lines_read_back_including_negative_returns():
   }
   assert parse_progress_line(progress_line(1, 1, 1, 1, None, 0, {})) is None
   assert parse_progress_line("[learner] checkpoint in /x") is None
+
+
+def test_a_resumed_learner_clock_runs_on():
+  clock = _compare_reference().continuous_clock
+  assert clock(np.array([5.0, 10.0, 2.0, 7.0, 1.0])).tolist() == [
+    5.0,
+    10.0,
+    12.0,
+    17.0,
+    18.0,
+  ]

@@ -136,4 +136,6 @@ def test_forged_episode_statistics_neither_count_nor_stop_the_run(tmp_path):
   # The console's return(last100), as compare_reference.py reads it.
   last100 = _scalars(logdir, "episode/return_last100")
   assert last100 and last100[-1] == result["final_return"], last100
+  elapsed = _scalars(logdir, "perf/elapsed_s")  # the console's clock
+  assert elapsed == sorted(elapsed) and 0 < elapsed[-1] < 600, elapsed
   assert _scalars(logdir, "integrity/episode_stat_mismatches")[-1] == episodes

@@ -102,6 +102,9 @@ class Reporter:
         c.samples - last.samples
       ) / env_steps
     scalars["perf/env_steps"] = c.env_steps
+    # The console's [learner Ns] clock (from this process's start), so a
+    # curve can be read "after N minutes" from the event files alone.
+    scalars["perf/elapsed_s"] = now - self._start
     scalars["actors/discarded_partial_unrolls"] = c.discarded_partial_unrolls
     scalars["integrity/episode_stat_mismatches"] = c.episode_stat_mismatches
     scalars["integrity/uncounted_episodes"] = c.uncounted_episodes
