@@ -29,7 +29,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -45,9 +45,10 @@ from seed_rl.common.metrics import parse_progress_line  # noqa: E402
 TAG = "episode/return_last100"
 
 
-def read_run(path: str) -> Dict[str, np.ndarray]:
-  """{'steps', 'value', 'minutes'} [N] each, in logging order, from a logdir
-  or a console log; ValueError naming what is missing."""
+def read_run(path: str) -> Dict[str, Any]:
+  """{'steps', 'value', 'minutes'}: [N] each, in logging order, and
+  'source', from a logdir or a console log; ValueError naming what is
+  missing."""
   if os.path.isdir(path):
     steps, value, minutes = read_curve(path, TAG)
     source = "event files"
@@ -122,7 +123,7 @@ def _diff(ours: Optional[float], ref: Optional[float]) -> Optional[float]:
 
 
 def compare(
-  runs: Dict[str, Dict[str, np.ndarray]],
+  runs: Dict[str, Dict[str, Any]],
   reference: tuple,
   at: List[float],
   minutes: Optional[float],
