@@ -1,8 +1,10 @@
 """Runs against a published learning curve at matched agent steps, as JSON.
 
+    python benchmarks/compare_reference.py --reference cleanrl:seaquest \\
+        --at 1e6,2e6,3e6,4e6 --minutes 60 RUN [RUN ...]
     python benchmarks/compare_reference.py \\
         --reference "CleanRL ppo_atari:2e6=870,4e6=880,6e6=880,8e6=1160" \\
-        --at 1e6,2e6,3e6,4e6 --minutes 60 RUN [RUN ...]
+        --game seaquest --minutes 60 RUN [RUN ...]
 
 Each RUN is one seed: a logdir (its event files' `episode/return_last100`)
 or a console log (learn.py's or seed_rl.train's stdout, for runs older than
@@ -17,7 +19,10 @@ episodes, the console's `return(last100)`. Printed:
   of its own (or at its end, `reached: false`), next to the reference at the
   agent steps that run had made by then: the issue-style "after 60 minutes"
   comparison, where every run is judged at its own step count;
-- `runs`: each run's last point.
+- `runs`: each run's last point;
+- with an Atari game (`--game`, or the game of a `cleanrl:GAME`
+  reference), the human-normalised score (seed_rl.atari.scores) of each
+  mean and of the reference beside them (`hns_*`).
 
 Published curves (CleanRL's Open RL Benchmark) are means over seeds, so the
 fair comparison is the mean over our seeds, not the best one.
@@ -40,6 +45,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from plot_curves import parse_reference, read_curve  # noqa: E402
 
+from seed_rl.atari.scores import (  # noqa: E402
+  human_normalized,
+  reference_scores,
+)
 from seed_rl.common.metrics import parse_progress_line  # noqa: E402
 
 TAG = "episode/return_last100"
@@ -122,17 +131,27 @@ def _diff(ours: Optional[float], ref: Optional[float]) -> Optional[float]:
   return round(ours - ref, 2)
 
 
+def _hns(game: Optional[str], score: Optional[float]) -> Optional[float]:
+  if game is None or score is None:
+    return None
+  return round(human_normalized(game, score), 4)
+
+
 def compare(
   runs: Dict[str, Dict[str, Any]],
   reference: tuple,
   at: List[float],
   minutes: Optional[float],
+  game: Optional[str] = None,
 ) -> dict:
-  name, ref_x, ref_y = reference
+  """The JSON described at the top; with an Atari `game`, human-normalised
+  scores (`hns_*`) of the means and of the reference beside the returns."""
+  name, ref_x, ref_y = reference[:3]
   order = np.argsort(ref_x)
   ref_x, ref_y = ref_x[order], ref_y[order]
   out: dict = {
     "metric": "return_last100",
+    "game": game,
     "reference": {
       "name": name,
       "points": {f"{x:g}": y for x, y in zip(ref_x.tolist(), ref_y.tolist())},
@@ -167,6 +186,8 @@ def compare(
         "reference": None if ref is None else round(ref, 2),
         "ratio": _ratio(mean, ref),
         "difference": _diff(mean, ref),
+        "hns_mean": _hns(game, mean),
+        "hns_reference": _hns(game, ref),
       }
     )
   if minutes is not None:
@@ -192,6 +213,8 @@ def compare(
           "reference": None if ref is None else round(ref, 2),
           "ratio": ratio,
           "difference": difference,
+          "hns": _hns(game, value),
+          "hns_reference": _hns(game, ref),
         }
       )
     out["at_minutes"] = {
@@ -213,7 +236,15 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument(
     "--reference",
     required=True,
-    help='the published curve, "NAME:X=Y,X=Y,..." (agent steps = return)',
+    help='the published curve, "NAME:X=Y,X=Y,..." (agent steps = return), '
+    'or "cleanrl:GAME" for CleanRL\'s PPO curve on an Atari game '
+    "(references.py)",
+  )
+  p.add_argument(
+    "--game",
+    default=None,
+    help="the Atari game, for human-normalised scores (default: the "
+    "cleanrl:GAME reference's game; none for other references)",
   )
   p.add_argument(
     "--at",
@@ -235,6 +266,9 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   try:
     reference = parse_reference(args.reference)
+    game = args.game or reference.game
+    if game is not None:
+      reference_scores(game)  # an unknown game fails here, by name
   except ValueError as e:
     p.error(str(e))
   try:
@@ -251,7 +285,7 @@ def main(argv=None) -> int:
       runs[path] = read_run(path)
     except ValueError as e:
       p.error(str(e))
-  print(json.dumps(compare(runs, reference, at, args.minutes), indent=1))
+  print(json.dumps(compare(runs, reference, at, args.minutes, game), indent=1))
   return 0
 
 

@@ -14,7 +14,8 @@ min-max band), a name used once is a plain line, e.g.
 against wall-clock minutes. --reference "NAME:X=Y,X=Y,..." (repeatable)
 marks a published curve's points on the agent-steps panel, e.g. CleanRL's
 PPO at matched agent steps:
---reference "CleanRL PPO:2e6=530,4e6=660,5e6=760". --tag episode/return_last100
+--reference "CleanRL PPO:2e6=530,4e6=660,5e6=760", or a curve of
+references.py by name: --reference cleanrl:space_invaders. --tag episode/return_last100
 draws the smoother mean of the last 100 episodes instead. Needs the `bench`
 extra (matplotlib).
 """
@@ -25,9 +26,12 @@ import argparse
 import glob
 import os
 import sys
-from typing import Dict, Tuple
+from typing import Dict
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from references import Reference, named  # noqa: E402
 
 
 def read_curve(logdir: str, tag: str = "episode/return"):
@@ -68,8 +72,12 @@ def tf_make_ndarray(proto):
   return tensor_util.make_ndarray(proto)
 
 
-def parse_reference(text: str) -> Tuple[str, np.ndarray, np.ndarray]:
-  """ "NAME:X=Y,X=Y" -> (NAME, xs [N], ys [N]); a clear error otherwise."""
+def parse_reference(text: str) -> Reference:
+  """ "NAME:X=Y,X=Y" -> (NAME, xs [N], ys [N], game None), or a built-in
+  curve by name ("cleanrl:GAME", references.py); a clear error otherwise."""
+  built_in = named(text)
+  if built_in is not None:
+    return built_in
   name, sep, points = text.rpartition(":")
   if not sep or not name:
     raise ValueError(f"--reference {text!r}: expected NAME:X=Y,X=Y,...")
@@ -85,7 +93,7 @@ def parse_reference(text: str) -> Tuple[str, np.ndarray, np.ndarray]:
       raise ValueError(
         f"--reference {text!r}: point {point!r} is not X=Y (numbers)"
       ) from None
-  return name, np.array(xs), np.array(ys)
+  return Reference(name, np.array(xs), np.array(ys), None)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -115,8 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     "--reference",
     action="append",
     default=[],
-    help='a published curve, "NAME:X=Y,X=Y,..." (agent steps = return), '
-    "drawn as markers on the agent-steps panel; repeatable",
+    help='a published curve, "NAME:X=Y,X=Y,..." (agent steps = return) '
+    'or "cleanrl:GAME" (references.py), drawn as markers on the '
+    "agent-steps panel; repeatable",
   )
   return p
 
@@ -186,7 +195,7 @@ def main(argv=None) -> int:
   for panel, ax in zip(panels, axes[0]):
     _draw_groups(ax, panel, groups, runs, labels, args)
     if panel == "env_steps":
-      for ref_name, xs, ys in references:
+      for ref_name, xs, ys, _ in references:
         ax.plot(xs, ys, "o--", lw=1, ms=4, label=ref_name)
     ax.set_xlabel(
       "agent steps"

@@ -109,13 +109,26 @@ def test_plot_curves_reference_points_parse_or_name_the_bad_point():
     import plot_curves
   finally:
     sys.path.pop(0)
-  name, xs, ys = plot_curves.parse_reference("CleanRL PPO:2e6=530,4e6=660")
-  assert name == "CleanRL PPO"
+  name, xs, ys, game = plot_curves.parse_reference(
+    "CleanRL PPO:2e6=530,4e6=660"
+  )
+  assert name == "CleanRL PPO" and game is None
   assert xs.tolist() == [2e6, 4e6] and ys.tolist() == [530.0, 660.0]
+  # A built-in curve by name: CleanRL's PPO on BeamRider, ascending steps.
+  built_in = plot_curves.parse_reference("cleanrl:beam_rider")
+  assert built_in.game == "beam_rider"
+  assert built_in.name == "CleanRL ppo_atari beam_rider"
+  assert built_in.xs[0] == 2e6 and built_in.ys[0] == 600.0
+  assert np.all(np.diff(built_in.xs) > 0)
   for bad, words in (
     ("2e6=530", "expected NAME:X=Y"),
     ("ref:2e6=530,4e6", "'4e6' is not X=Y"),
     ("ref:a=b", "'a=b' is not X=Y"),
+    (
+      "cleanrl:BeamRider",
+      "no built-in CleanRL curve for 'BeamRider'; "
+      "there are: beam_rider, pong, seaquest, space_invaders",
+    ),
   ):
     with pytest.raises(ValueError, match=words):
       plot_curves.parse_reference(bad)
@@ -210,6 +223,50 @@ def test_compare_reference_names_what_it_cannot_read(tmp_path, capsys):
   with pytest.raises(SystemExit):
     compare_reference.main([str(back), "--reference", "R:0=0", "--at", "x"])
   assert "--at 'x': expected comma-separated numbers" in capsys.readouterr().err
+
+
+def test_compare_reference_scores_a_named_atari_curve_human_normalised(
+  tmp_path, capsys
+):
+  """Seaquest: random 68.4, human 42,054.7 (seed_rl.atari.scores)."""
+  from seed_rl.common.metrics import progress_line
+
+  run = tmp_path / "seaquest.out"
+  # 1M agent steps a minute; the return is 1,000 at 2M and 2,000 at 3M.
+  run.write_text(
+    "\n".join(
+      progress_line(60 * k, k, 1_000_000 * k, 1.0, 1000.0 * (k - 1), k, {})
+      for k in range(1, 4)
+    )
+    + "\n"
+  )
+  compare_reference = _compare_reference()
+  args = [str(run), "--reference", "cleanrl:seaquest", "--at", "2e6"]
+  assert compare_reference.main(args + ["--minutes", "3"]) == 0
+  out = json.loads(capsys.readouterr().out)
+  assert out["game"] == "seaquest"
+  (row,) = out["at_agent_steps"]
+  assert row["mean"] == 1000.0 and row["reference"] == 870.0
+  assert row["hns_mean"] == round((1000.0 - 68.4) / (42054.7 - 68.4), 4)
+  assert row["hns_reference"] == round((870.0 - 68.4) / (42054.7 - 68.4), 4)
+  (after,) = out["at_minutes"]["runs"]
+  assert after["agent_steps"] == 3_000_000 and after["reference"] == 875.0
+  assert after["hns"] == round((2000.0 - 68.4) / (42054.7 - 68.4), 4)
+  # Points given by hand carry no game: no normalised score unless named.
+  custom = [str(run), "--reference", "R:2e6=870", "--at", "2e6"]
+  assert compare_reference.main(custom) == 0
+  out = json.loads(capsys.readouterr().out)
+  assert out["game"] is None and out["at_agent_steps"][0]["hns_mean"] is None
+  assert compare_reference.main(custom + ["--game", "seaquest"]) == 0
+  assert json.loads(capsys.readouterr().out)["at_agent_steps"][0][
+    "hns_reference"
+  ] == round((870.0 - 68.4) / (42054.7 - 68.4), 4)
+  with pytest.raises(SystemExit) as e:
+    compare_reference.main(custom + ["--game", "Seaquest2"])
+  assert e.value.code == 2
+  assert "no reference scores for Atari game 'Seaquest2'" in (
+    capsys.readouterr().err
+  )
 
 
 def test_progress_lines_read_back_including_negative_returns():
