@@ -38,7 +38,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-# Reading event files imports TensorFlow: keep its start-up lines off stderr.
+# Reading event files imports TensorFlow: keep most of its start-up lines
+# off stderr (the few it writes before absl's logging starts ignore this).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

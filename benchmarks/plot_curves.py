@@ -96,6 +96,14 @@ def parse_reference(text: str) -> Reference:
   return Reference(name, np.array(xs), np.array(ys), None)
 
 
+def reference_to(last: float, xs: np.ndarray, ys: np.ndarray):
+  """The points of a reference (xs ascending) up to the first at or past
+  `last`, the runs' last agent step: the rest would only stretch the axis
+  (CleanRL's curves run to 10M agent steps)."""
+  n = int(np.searchsorted(xs, last, side="left")) + 1
+  return xs[:n], ys[:n]
+
+
 def _parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -195,8 +203,9 @@ def main(argv=None) -> int:
   for panel, ax in zip(panels, axes[0]):
     _draw_groups(ax, panel, groups, runs, labels, args)
     if panel == "env_steps":
+      last = max(curve[0].max() for _, curve in runs if curve[0].size)
       for ref_name, xs, ys, _ in references:
-        ax.plot(xs, ys, "o--", lw=1, ms=4, label=ref_name)
+        ax.plot(*reference_to(last, xs, ys), "o--", lw=1, ms=4, label=ref_name)
     ax.set_xlabel(
       "agent steps"
       if panel == "env_steps"

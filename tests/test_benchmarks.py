@@ -89,7 +89,7 @@ def test_plot_curves_draws_groups_from_several_logdirs(tmp_path):
       timeout=120,
     )
 
-  proc = plot("--labels", "A,A,B", "--x", "both")
+  proc = plot("--labels", "A,A,B", "--x", "both", "--reference", "cleanrl:pong")
   assert proc.returncode == 0, proc.stderr[-2000:]
   import matplotlib.image
 
@@ -120,6 +120,12 @@ def test_plot_curves_reference_points_parse_or_name_the_bad_point():
   assert built_in.name == "CleanRL ppo_atari beam_rider"
   assert built_in.xs[0] == 2e6 and built_in.ys[0] == 600.0
   assert np.all(np.diff(built_in.xs) > 0)
+  # Drawn up to the first point at or past the runs' last agent step.
+  xs, ys = np.array([2e6, 4e6, 6e6]), np.array([1.0, 2.0, 3.0])
+  assert plot_curves.reference_to(3e6, xs, ys)[0].tolist() == [2e6, 4e6]
+  assert plot_curves.reference_to(4e6, xs, ys)[1].tolist() == [1.0, 2.0]
+  assert plot_curves.reference_to(1e6, xs, ys)[0].tolist() == [2e6]
+  assert plot_curves.reference_to(9e6, xs, ys)[0].tolist() == [2e6, 4e6, 6e6]
   for bad, words in (
     ("2e6=530", "expected NAME:X=Y"),
     ("ref:2e6=530,4e6", "'4e6' is not X=Y"),
