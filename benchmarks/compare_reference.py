@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from plot_curves import parse_reference, read_curve  # noqa: E402
+from references import Reference  # noqa: E402
 
 from seed_rl.atari.scores import (  # noqa: E402
   human_normalized,
@@ -140,16 +141,14 @@ def _hns(game: Optional[str], score: Optional[float]) -> Optional[float]:
 
 def compare(
   runs: Dict[str, Dict[str, Any]],
-  reference: tuple,
+  reference: Reference,
   at: List[float],
   minutes: Optional[float],
   game: Optional[str] = None,
 ) -> dict:
   """The JSON described at the top; with an Atari `game`, human-normalised
   scores (`hns_*`) of the means and of the reference beside the returns."""
-  name, ref_x, ref_y = reference[:3]
-  order = np.argsort(ref_x)
-  ref_x, ref_y = ref_x[order], ref_y[order]
+  name, ref_x, ref_y, _ = reference
   out: dict = {
     "metric": "return_last100",
     "game": game,

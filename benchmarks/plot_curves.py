@@ -93,7 +93,8 @@ def parse_reference(text: str) -> Reference:
       raise ValueError(
         f"--reference {text!r}: point {point!r} is not X=Y (numbers)"
       ) from None
-  return Reference(name, np.array(xs), np.array(ys), None)
+  order = np.argsort(xs)  # given in any order; drawn and read ascending
+  return Reference(name, np.array(xs)[order], np.array(ys)[order], None)
 
 
 def reference_to(last: float, xs: np.ndarray, ys: np.ndarray):

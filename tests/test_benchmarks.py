@@ -110,7 +110,7 @@ def test_plot_curves_reference_points_parse_or_name_the_bad_point():
   finally:
     sys.path.pop(0)
   name, xs, ys, game = plot_curves.parse_reference(
-    "CleanRL PPO:2e6=530,4e6=660"
+    "CleanRL PPO:4e6=660,2e6=530"
   )
   assert name == "CleanRL PPO" and game is None
   assert xs.tolist() == [2e6, 4e6] and ys.tolist() == [530.0, 660.0]
