@@ -36,7 +36,7 @@ from seed_rl.agents.td3.config import TD3Config  # noqa: E402
 from seed_rl.classic.networks import mlp_torso  # noqa: E402
 from seed_rl.common import devices  # noqa: E402
 from seed_rl.common import optimizers  # noqa: E402
-from seed_rl.common import target_network  # noqa: E402
+from seed_rl.agents import target_network  # noqa: E402
 from seed_rl.common.specs import ArraySpec  # noqa: E402
 
 OBS = ArraySpec((4,), "float32", "observation")

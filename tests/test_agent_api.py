@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from seed_rl.common import agent_api
-from seed_rl.common import config_checks as checks
+from seed_rl.agents import config_checks as checks
 from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 from seed_rl.common.unroll_queue import UnrollQueue

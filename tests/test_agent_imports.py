@@ -1,4 +1,6 @@
-"""No agent package imports a sibling agent package.
+"""The agents' import rules: no agent package imports a sibling agent
+package, no module of seed_rl/agents/ imports an environment domain, and
+every agent package exports the same three names.
 
 What two agents share lives in a module under seed_rl/agents/ named for
 what it is (gae.py, actor_critic.py, continuous.py, exploration.py,
@@ -7,7 +9,10 @@ it first. The check parses every module under seed_rl/agents/<a>/ with
 `ast` (no imports run) and reports each import of seed_rl.agents.<b>, b != a:
 `import x`, `from x import y`, `from seed_rl.agents import b`, relative
 imports (`from ..b import y`) and `importlib.import_module('...')` with a
-constant name.
+constant name. The domain check parses every module under seed_rl/agents/
+(shared ones too) the same way and reports each import of seed_rl.atari,
+seed_rl.classic, seed_rl.mujoco, seed_rl.football (and any other domain in
+seed_rl/registry.py's ENVS): torsos come from seed_rl.networks.
 """
 
 from __future__ import annotations
@@ -180,35 +185,165 @@ def test_a_subpackage_resolves_relative_imports_from_its_own_folder():
   ]
 
 
-# Names that moved to shared modules stay importable where tests and users
-# imported them from: (old module, old name, new module, new name).
-MOVED = [
-  ("ppo.gae", "gae", "gae", "gae"),
-  ("ppo.gae", "unroll_gae", "gae", "unroll_gae"),
-  ("ppo.networks", "PPONetwork", "actor_critic", "FeedForwardActorCritic"),
-  ("ppo.networks", "build_network", "actor_critic", "build_network"),
-  ("ppo.networks", "default_torso", "actor_critic", "default_torso"),
-  ("a2c.networks", "PPONetwork", "actor_critic", "FeedForwardActorCritic"),
-  ("r2d2.exploration", "per_env_epsilons", "exploration", "per_env_epsilons"),
-  ("r2d2.exploration", "env_epsilons", "exploration", "env_epsilons"),
-  ("r2d2.exploration", "epsilon_greedy", "exploration", "epsilon_greedy"),
-  ("vtrace.loss", "transition_inputs", "episode_ends", "transition_inputs"),
-  ("vtrace.loss", "clip_rewards", "rewards", "clip_rewards"),
-  ("sac.config", "check_off_policy", "off_policy", "check_off_policy"),
-  ("sac.networks", "BoxScaling", "continuous", "BoxScaling"),
-  ("sac.networks", "QNetwork", "continuous", "QNetwork"),
-  ("sac.networks", "build", "continuous", "build"),
-  ("sac.networks", "dense_stack", "continuous", "dense_stack"),
-  ("td3.networks", "BoxScaling", "continuous", "BoxScaling"),
-  ("td3.networks", "QNetwork", "continuous", "QNetwork"),
-  ("td3.networks", "build", "continuous", "build"),
-]
+DOMAINS = (
+  "seed_rl.atari",
+  "seed_rl.classic",
+  "seed_rl.mujoco",
+  "seed_rl.football",
+)
 
 
-@pytest.mark.parametrize("old,old_name,new,new_name", MOVED)
-def test_moved_names_stay_importable_from_their_agent(
-  old, old_name, new, new_name
+def _package_parts(path: str) -> List[str]:
+  """Dotted parts of the package holding the module at `path`."""
+  return os.path.relpath(os.path.dirname(path), REPO).split(os.sep)
+
+
+def domain_imports(
+  source: str, path: str, domains: Sequence[str] = DOMAINS
+) -> List[str]:
+  """'path:line imports module' for each import in `source` (a module of
+  seed_rl/agents/ at `path`) of an environment domain in `domains`."""
+  found = []
+  seen = set()
+  for line, name in _imported_names(
+    ast.parse(source, path), _package_parts(path)
+  ):
+    parts = name.split(".")
+    for domain in domains:
+      if parts[: len(domain.split("."))] == domain.split(".") and (
+        (line, domain) not in seen
+      ):
+        seen.add((line, domain))
+        found.append(f"{os.path.relpath(path, REPO)}:{line} imports {name}")
+  return found
+
+
+def test_no_agent_module_imports_a_domain():
+  """Agents are built from specs, never from an environment's package:
+  torsos come from seed_rl.networks, shared math from seed_rl/agents/."""
+  from seed_rl import registry
+
+  domains = sorted(set(DOMAINS) | set(registry.ENVS.values()))
+  found = []
+  for path in _module_files(AGENTS_DIR):
+    with open(path, encoding="utf-8") as f:
+      found += domain_imports(f.read(), path, domains)
+  assert not found, (
+    "modules of seed_rl/agents/ import environment domains:\n"
+    + "\n".join(found)
+  )
+
+
+@pytest.mark.parametrize(
+  "source,relpath,line,expected",
+  [
+    (
+      "import seed_rl.atari.networks\n",
+      "a2c/loss.py",
+      1,
+      "seed_rl.atari.networks",
+    ),
+    ("import seed_rl.classic as c\n", "gae.py", 1, "seed_rl.classic"),
+    (
+      "from seed_rl.classic.networks import mlp_torso\n",
+      "dqn/config.py",
+      1,
+      "seed_rl.classic.networks",
+    ),
+    ("from seed_rl import mujoco\n", "gae.py", 1, "seed_rl.mujoco"),
+    ("from .. import football\n", "gae.py", 1, "seed_rl.football"),
+    ("from ..atari import env\n", "rewards.py", 1, "seed_rl.atari"),
+    ("from ...classic import networks\n", "a2c/loss.py", 1, "seed_rl.classic"),
+    (
+      "from ...atari.networks import t\n",
+      "a2c/loss.py",
+      1,
+      "seed_rl.atari.networks",
+    ),
+    (
+      "def f():\n  from seed_rl.mujoco import env\n",
+      "sac/agent.py",
+      2,
+      "seed_rl.mujoco",
+    ),
+    (
+      "import importlib\nimportlib.import_module('seed_rl.football.env')\n",
+      "ppo/agent.py",
+      2,
+      "seed_rl.football.env",
+    ),
+    (
+      "from importlib import import_module\nimport_module('seed_rl.atari')\n",
+      "exploration.py",
+      2,
+      "seed_rl.atari",
+    ),
+  ],
+)
+def test_the_domain_check_sees_every_import_form(
+  source, relpath, line, expected
 ):
-  moved = getattr(importlib.import_module(f"{AGENTS_PACKAGE}.{new}"), new_name)
-  kept = getattr(importlib.import_module(f"{AGENTS_PACKAGE}.{old}"), old_name)
-  assert kept is moved
+  path = os.path.join(AGENTS_DIR, *relpath.split("/"))
+  assert domain_imports(source, path) == [
+    f"seed_rl/agents/{relpath}:{line} imports {expected}"
+  ]
+
+
+@pytest.mark.parametrize(
+  "source",
+  [
+    "from seed_rl.networks import atari_torso, mlp_torso\n",
+    "import seed_rl.networks.conv\n",
+    "from seed_rl.common import specs\n",
+    "from seed_rl import registry\n",
+    "from . import networks\n",
+    "from .. import rewards\n",
+    "import seed_rl.atarix\n",
+    "importlib.import_module(name)\n",
+  ],
+)
+def test_the_domain_check_allows_torsos_runtime_and_shared_modules(source):
+  path = os.path.join(AGENTS_DIR, "a2c", "agent.py")
+  assert domain_imports(source, path) == []
+
+
+def _agent_package_names() -> List[str]:
+  from seed_rl import registry
+
+  return sorted(set(registry.AGENTS.values()))
+
+
+@pytest.mark.parametrize("package", _agent_package_names())
+def test_agent_package_exports_its_agent_config_and_create_agent(package):
+  module = importlib.import_module(package)
+  exported = getattr(module, "__all__", None)
+  assert exported is not None, f"{package} has no __all__"
+  agents = [n for n in exported if n.endswith("Agent")]
+  configs = [n for n in exported if n.endswith("Config")]
+  assert len(agents) == 1 and len(configs) == 1, (
+    f"{package}.__all__ = {exported}: one *Agent and one *Config expected"
+  )
+  assert sorted(exported) == sorted(agents + configs + ["create_agent"]), (
+    f"{package}.__all__ = {exported}: exactly <X>Agent, <X>Config and "
+    "create_agent expected"
+  )
+  prefix = agents[0][: -len("Agent")]
+  assert configs[0] == f"{prefix}Config", exported
+  agent_module = importlib.import_module(f"{package}.agent")
+  config_module = importlib.import_module(f"{package}.config")
+  agent_cls, config_cls = (
+    getattr(module, agents[0]),
+    getattr(module, configs[0]),
+  )
+  assert isinstance(agent_cls, type) and isinstance(config_cls, type)
+  assert agent_cls is getattr(agent_module, agents[0])
+  assert config_cls is getattr(config_module, configs[0])
+  assert agent_cls.__module__ == agent_module.__name__
+  assert config_cls.__module__ == config_module.__name__
+  assert module.create_agent is agent_module.create_agent
+  assert module.create_agent.__module__ == agent_module.__name__
+
+
+def test_registry_lists_every_agent_package():
+  listed = {p.rsplit(".", 1)[-1] for p in _agent_package_names()}
+  assert listed == set(agent_packages())

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 from seed_rl.common.specs import ArraySpec
 
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 from seed_rl.agents.vtrace import networks
 from seed_rl.atari.networks import atari_torso
 from seed_rl.classic.networks import mlp_torso
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 from seed_rl.common.specs import ArraySpec
 
 NUM_ACTIONS = 3

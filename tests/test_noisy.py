@@ -1,4 +1,4 @@
-"""Tests for seed_rl.common.noisy (NoisyNet, Fortunato et al. 2017)."""
+"""Tests for seed_rl.agents.noisy (NoisyNet, Fortunato et al. 2017)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl.common import noisy
+from seed_rl.agents import noisy
 
 
 def _layer(noise_type, p=5, q=3, **kwargs):

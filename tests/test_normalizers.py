@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl.common import normalizers
+from seed_rl.agents import normalizers
 
 
 def test_running_mean_std_matches_numpy_over_concatenated_batches():

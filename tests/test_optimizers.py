@@ -185,7 +185,7 @@ def test_schedule_can_run_on_the_learner_step_counter():
 
 
 def test_linear_schedule_values():
-  from seed_rl.common import schedules
+  from seed_rl.agents import schedules
 
   f = schedules.linear(1.0, 0.2, 4)
   assert [f(s) for s in (-1, 0, 2, 4, 9)] == pytest.approx(

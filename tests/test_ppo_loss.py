@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from seed_rl.agents import learning
+from seed_rl.agents.advantages import normalize_advantages
 from seed_rl.agents.ppo import loss as loss_lib
 
 EPS = 0.2
@@ -35,7 +37,7 @@ def test_clipped_surrogate_values_and_gradients():
   )
   log_prob = tf.Variable(np.log(ratio))
   with tf.GradientTape() as tape:
-    per_sample = loss_lib.clipped_surrogate(tf.exp(log_prob), adv, EPS)
+    per_sample = learning.clipped_surrogate(tf.exp(log_prob), adv, EPS)
     total = tf.reduce_sum(per_sample)
   np.testing.assert_allclose(per_sample.numpy(), objective, rtol=1e-6)
   np.testing.assert_allclose(
@@ -270,7 +272,7 @@ def test_adapt_kl_coef_doubles_and_halves():
 
 def test_normalize_advantages():
   adv = np.array([1.0, 2.0, 3.0, 10.0], np.float32)
-  out = loss_lib.normalize_advantages(adv).numpy()
+  out = normalize_advantages(adv).numpy()
   np.testing.assert_allclose(
     out, (adv - adv.mean()) / (adv.std() + 1e-8), rtol=1e-5
   )

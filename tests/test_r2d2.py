@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from seed_rl.agents import exploration
 from seed_rl.common import frames as frames_lib
-from seed_rl.common import q_learning
+from seed_rl.agents import q_learning
 from seed_rl.agents.r2d2 import loss as loss_lib
 from seed_rl.agents.r2d2 import networks
 from seed_rl.agents.r2d2 import targets

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from seed_rl.agents import rewards as rewards_lib
-from seed_rl.common import config_checks as checks
+from seed_rl.agents import config_checks as checks
 
 REWARDS = np.array(
   [-20.0, -1.5, -1.0, -0.3, 0.0, 0.4, 1.0, 2.0, 30.0], np.float32

@@ -1,4 +1,4 @@
-"""Tests for seed_rl.common.value_rescaling against the paper's formulas."""
+"""Tests for seed_rl.agents.value_rescaling against the paper's formulas."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_rl.common import value_rescaling
+from seed_rl.agents import value_rescaling
 
 
 def _h_reference(x, eps):

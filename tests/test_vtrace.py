@@ -20,7 +20,7 @@ import tensorflow as tf
 from seed_rl.agents import episode_ends
 from seed_rl.agents.vtrace import loss as loss_lib
 from seed_rl.agents.vtrace import vtrace
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 
 # ---------------------------------------------------------------- references
 

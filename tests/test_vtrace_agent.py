@@ -16,7 +16,7 @@ import tensorflow as tf
 from seed_rl.agents.vtrace.agent import VtraceAgent, create_agent
 from seed_rl.agents.vtrace.agent import policy_distribution
 from seed_rl.agents.vtrace.config import VtraceConfig
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 from seed_rl.common.agent_api import ActInputs, Unroll
 from seed_rl.common.specs import ArraySpec
 

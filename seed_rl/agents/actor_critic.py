@@ -1,5 +1,5 @@
 """The actor-critic network of PPO and A2C: torso(s) -> policy parameters
-[B, P] of a Categorical or DiagGaussian (common/distributions.py) and the
+[B, P] of a Categorical or DiagGaussian (agents/distributions.py) and the
 value V(x) [B]. One implementation of the heads, their initialisation
 (near-uniform policy at the start) and the Gaussian log-std options.
 Feed-forward; V-trace's network (vtrace/networks.py) adds an LSTM option.
@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from seed_rl.atari.networks import atari_torso
 from seed_rl.classic.networks import mlp_torso
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 from seed_rl.common.specs import ArraySpec
 
 

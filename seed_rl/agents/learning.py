@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from seed_rl.common import diagnostics
-from seed_rl.common import distributions
+from seed_rl.agents import diagnostics
+from seed_rl.agents import distributions
 from seed_rl.common import optimizers
 from seed_rl.common.specs import ArraySpec
 

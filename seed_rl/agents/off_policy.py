@@ -41,9 +41,9 @@ import tensorflow as tf
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.common import agent_api
-from seed_rl.common import config_checks as checks
+from seed_rl.agents import config_checks as checks
 from seed_rl.common import devices
-from seed_rl.common import diagnostics
+from seed_rl.agents import diagnostics
 from seed_rl.common import optimizers
 from seed_rl.common import transitions
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll

@@ -11,7 +11,7 @@ Gaussian policy (clipped or tanh-squashed into a bounded Box) whose loss
 re-evaluates log pi at the raw action. For continuous actions the Gaussian's
 raw sample (before clip / tanh) is stored in the unroll as
 extras['raw_action'], so the loss re-evaluates exactly the density the
-action was drawn from (see common/distributions.py).
+action was drawn from (see agents/distributions.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.common import agent_api
 from seed_rl.common import devices
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 from seed_rl.common.agent_api import ActOutputs, Agent, Unroll
 from seed_rl.common.unroll_queue import UnrollQueue
 

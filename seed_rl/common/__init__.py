@@ -1,12 +1,19 @@
-"""What agents share with the learner runtime.
+"""The learner runtime and what it needs.
+
+Where a module lives: seed_rl/common/ is the learner runtime and what it
+needs (specs, batching, per-env state, unrolls, replay, queues,
+checkpoints, optimizers, devices, metrics); the math of losses, targets,
+exploration and networks that agents share lives in seed_rl/agents/ as
+modules named for what they are (distributions, normalizers, target
+networks, ...). A module that only agents import and that is none of the
+runtime's parts above belongs there, not here.
 
 The dependency rule: nothing here imports the transport (seed_rl.grpc),
 an agent or a domain; the entry points wire them together
 (seed_rl/learner_main.py). The modules in `TF_FREE` load no TensorFlow
 (specs, batching, per-env state, unroll assembly, replay, the learner
-loop, profiling), so tools and actors may use them; the others are TensorFlow
-modules (optimizers, distributions, normalizers, diagnostics, target
-networks, value rescaling, Q-learning targets, checkpoints, devices).
+loop, profiling), so tools and actors may use them; the others are
+TensorFlow modules (optimizers, checkpoints, devices).
 tests/test_actor_no_tf.py holds both rules.
 """
 
@@ -14,7 +21,6 @@ TF_FREE = (
   "agent_api",
   "batcher",
   "batches",
-  "config_checks",
   "env_state",
   "episode_stats",
   "errors",
@@ -25,7 +31,6 @@ TF_FREE = (
   "profiling",
   "reporting",
   "replay",
-  "schedules",
   "specs",
   "throttle",
   "transitions",

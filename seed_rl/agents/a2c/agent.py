@@ -9,7 +9,7 @@ one gradient step of loss.a2c_loss on them, in one compiled graph call.
 
 Continuous actions: the Gaussian's raw sample (before clip / tanh) is stored
 in the unroll as extras['raw_action'], so the loss re-evaluates exactly the
-density the action was drawn from (see common/distributions.py). The queue,
+density the action was drawn from (see agents/distributions.py). The queue,
 raw-action plumbing and checkpoint are shared with PPO (agents/queue_fed.py);
 the update step with every agent (agents/learning.py).
 
@@ -30,6 +30,7 @@ from seed_rl.agents import multi_device
 from seed_rl.agents import queue_fed
 from seed_rl.agents import rewards as rewards_lib
 from seed_rl.agents.a2c import loss as loss_lib
+from seed_rl.agents.actor_critic import FeedForwardActorCritic
 from seed_rl.agents.a2c import networks
 from seed_rl.agents.a2c.config import A2CConfig
 from seed_rl.common import agent_api
@@ -83,7 +84,7 @@ class A2CAgent(queue_fed.RawActionAgent):
   # ---- Agent API ---------------------------------------------------------
 
   @property
-  def network(self) -> networks.FeedForwardActorCritic:
+  def network(self) -> FeedForwardActorCritic:
     return self._network
 
   def act(self, inputs: ActInputs) -> ActOutputs:

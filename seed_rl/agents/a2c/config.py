@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import gin
 import keras
 
-from seed_rl.common import config_checks as checks
+from seed_rl.agents import config_checks as checks
 
 _OPTIMIZERS = ("rmsprop", "adam")
 _LOG_STD_MODES = ("state_independent", "state_dependent")

@@ -44,7 +44,7 @@ import tensorflow as tf
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.agents import gae as gae_lib
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 
 
 def a2c_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations)

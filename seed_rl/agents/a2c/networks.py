@@ -2,7 +2,7 @@
 with PPO), built from A2CConfig.
 
 A2C and PPO need the same function: observations -> policy parameters of a
-Categorical or DiagGaussian (common/distributions.py) and V(x).
+Categorical or DiagGaussian (agents/distributions.py) and V(x).
 """
 
 from __future__ import annotations
@@ -10,13 +10,10 @@ from __future__ import annotations
 from seed_rl.agents import actor_critic
 from seed_rl.agents.a2c.config import A2CConfig
 from seed_rl.agents.actor_critic import FeedForwardActorCritic
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 from seed_rl.common.specs import ArraySpec
 
-# The shared class was PPONetwork; the name stays importable from here.
-PPONetwork = FeedForwardActorCritic
-
-__all__ = ["FeedForwardActorCritic", "PPONetwork", "make_network"]
+__all__ = ["make_network"]
 
 
 def make_network(

@@ -44,9 +44,9 @@ from seed_rl.agents.acer import networks
 from seed_rl.agents.acer.config import ACERConfig
 from seed_rl.common import agent_api
 from seed_rl.common import devices
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 from seed_rl.common import optimizers
-from seed_rl.common import target_network
+from seed_rl.agents import target_network
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.replay import PrioritizedReplay
 from seed_rl.common.specs import ArraySpec

@@ -9,7 +9,7 @@ import gin
 import keras
 
 from seed_rl.classic.networks import mlp_torso
-from seed_rl.common import config_checks as checks
+from seed_rl.agents import config_checks as checks
 
 _OPTIMIZERS = ("rmsprop", "adam")
 REPLAY_DRAWS = ("poisson", "fixed")

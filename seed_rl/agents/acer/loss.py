@@ -73,7 +73,7 @@ from typing import Dict, Tuple
 import tensorflow as tf
 
 from seed_rl.agents.episode_ends import transition_inputs
-from seed_rl.common import diagnostics
+from seed_rl.agents import diagnostics
 from seed_rl.common.agent_api import check_time_major
 
 # Floors of probabilities under a log or a division: a softmax output can

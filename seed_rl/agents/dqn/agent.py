@@ -29,10 +29,10 @@ from seed_rl.common import agent_api
 from seed_rl.common import devices
 from seed_rl.common import optimizers
 from seed_rl.common import replay as replay_lib
-from seed_rl.common import schedules
-from seed_rl.common import target_network
+from seed_rl.agents import schedules
+from seed_rl.agents import target_network
 from seed_rl.common import transitions
-from seed_rl.common import value_rescaling
+from seed_rl.agents import value_rescaling
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.specs import ArraySpec
 

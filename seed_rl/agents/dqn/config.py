@@ -9,8 +9,8 @@ import gin
 import keras
 
 from seed_rl.classic.networks import mlp_torso
-from seed_rl.common import config_checks as checks
-from seed_rl.common import noisy as noisy_lib
+from seed_rl.agents import config_checks as checks
+from seed_rl.agents import noisy as noisy_lib
 
 _NOISY = (None,) + noisy_lib.NOISE_TYPES
 
@@ -133,7 +133,7 @@ class DQNConfig:
     """Validates every field (one check per field, in field order).
 
     The checks run group by group (`_check_*`, each a flat checklist in
-    field order); the shared checks live in seed_rl/common/config_checks.py.
+    field order); the shared checks live in seed_rl/agents/config_checks.py.
     """
     self._check_sizes()
     self._check_td_loss()

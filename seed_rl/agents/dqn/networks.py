@@ -7,7 +7,7 @@ from typing import Callable, List, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from seed_rl.common import noisy as noisy_lib
+from seed_rl.agents import noisy as noisy_lib
 
 
 class QNetwork(keras.layers.Layer):

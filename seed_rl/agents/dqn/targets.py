@@ -4,7 +4,7 @@ The n-step returns themselves (termination vs truncation, the bootstrap
 index and discount) are cut when filling replay, by
 `seed_rl.common.transitions.nstep_transitions`; here a batch of transitions
 becomes targets with the double-Q bootstrap shared with R2D2
-(`seed_rl.common.q_learning.double_q_values`).
+(`seed_rl.agents.q_learning.double_q_values`).
 
 With value rescaling (Pohlen et al. 2018) the networks predict h(Q), so
 target = h(R + gamma^n h^-1(Q_target(s', argmax_a Q_online(s', a)))).
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from seed_rl.common import q_learning
-from seed_rl.common import value_rescaling
+from seed_rl.agents import q_learning
+from seed_rl.agents import value_rescaling
 
 
 def transition_targets(

@@ -37,14 +37,15 @@ from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.agents import queue_fed
 from seed_rl.agents import rewards as rewards_lib
+from seed_rl.agents.actor_critic import FeedForwardActorCritic
 from seed_rl.agents.ppo import loss as loss_lib
 from seed_rl.agents.ppo import networks
 from seed_rl.agents.ppo import update as update_lib
 from seed_rl.agents.ppo.config import PPOConfig
 from seed_rl.common import agent_api
 from seed_rl.common import devices
-from seed_rl.common import schedules
-from seed_rl.common import normalizers
+from seed_rl.agents import schedules
+from seed_rl.agents import normalizers
 from seed_rl.common import optimizers
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Unroll
 from seed_rl.common.specs import ArraySpec
@@ -180,7 +181,7 @@ class PPOAgent(queue_fed.RawActionAgent):
   # ---- Agent API ---------------------------------------------------------
 
   @property
-  def network(self) -> networks.FeedForwardActorCritic:
+  def network(self) -> FeedForwardActorCritic:
     return self._network
 
   @property

@@ -9,7 +9,7 @@ import gin
 import keras
 
 from seed_rl.agents.ppo.loss import LOSS_TYPES
-from seed_rl.common import config_checks as checks
+from seed_rl.agents import config_checks as checks
 
 _LOG_STD_MODES = ("state_independent", "state_dependent")
 _BOUND_HANDLING = ("tanh", "clip")
@@ -139,7 +139,7 @@ class PPOConfig:
     """Validates every field (one check per field, in field order).
 
     The checks run group by group (`_check_*`, each a flat checklist in
-    field order); the shared checks live in seed_rl/common/config_checks.py.
+    field order); the shared checks live in seed_rl/agents/config_checks.py.
     """
     self._check_data()
     self._check_annealing()

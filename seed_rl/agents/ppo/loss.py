@@ -22,16 +22,8 @@ import tensorflow as tf
 
 from seed_rl.agents import learning
 from seed_rl.agents.advantages import normalize_advantages
-from seed_rl.agents.learning import clipped_surrogate
 
-# clipped_surrogate moved to seed_rl/agents/learning.py (V-trace uses it
-# too); it stays importable from here.
-__all__ = [
-  "clipped_surrogate",
-  "kl_penalty_surrogate",
-  "ppo_loss",
-  "value_loss",
-]
+__all__ = ["kl_penalty_surrogate", "ppo_loss", "value_loss"]
 
 LOSS_TYPES = ("clip", "kl_penalty")
 
@@ -166,7 +158,7 @@ def ppo_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations
   log_ratio = log_prob - tf.stop_gradient(behaviour_log_prob)
   ratio = tf.exp(log_ratio)
   if loss_type == "clip":
-    objective = clipped_surrogate(ratio, advantages, clip_ratio)
+    objective = learning.clipped_surrogate(ratio, advantages, clip_ratio)
   else:
     if kl is None:
       raise ValueError(

@@ -1,33 +1,17 @@
 """PPO's actor-critic: the network of seed_rl/agents/actor_critic.py (shared
-with A2C), built from PPOConfig.
-
-The class was PPONetwork before A2C shared it; PPONetwork, build_network and
-default_torso stay importable from here.
-"""
+with A2C), built from PPOConfig."""
 
 from __future__ import annotations
 
 from typing import Optional
 
 from seed_rl.agents import actor_critic
-from seed_rl.agents.actor_critic import (
-  FeedForwardActorCritic,
-  build_network,
-  default_torso,
-)
+from seed_rl.agents.actor_critic import FeedForwardActorCritic
 from seed_rl.agents.ppo.config import PPOConfig
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 from seed_rl.common.specs import ArraySpec
 
-PPONetwork = FeedForwardActorCritic
-
-__all__ = [
-  "FeedForwardActorCritic",
-  "PPONetwork",
-  "build_network",
-  "default_torso",
-  "make_network",
-]
+__all__ = ["make_network"]
 
 
 def make_network(

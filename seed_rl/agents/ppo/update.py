@@ -27,8 +27,8 @@ from seed_rl.agents import multi_device
 from seed_rl.agents import gae as gae_lib
 from seed_rl.agents.ppo import loss as loss_lib
 from seed_rl.agents.ppo.config import PPOConfig
-from seed_rl.common import diagnostics
-from seed_rl.common import distributions
+from seed_rl.agents import diagnostics
+from seed_rl.agents import distributions
 
 # Metrics of one minibatch step (loss_lib.ppo_loss's plus grad and KL norms),
 # averaged over the steps of an update.

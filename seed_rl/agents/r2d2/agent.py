@@ -28,7 +28,7 @@ from seed_rl.agents.r2d2.config import R2D2Config
 from seed_rl.common import agent_api
 from seed_rl.common import devices
 from seed_rl.common import optimizers
-from seed_rl.common import target_network
+from seed_rl.agents import target_network
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.replay import PrioritizedReplay, RateLimiter
 from seed_rl.common.specs import ArraySpec

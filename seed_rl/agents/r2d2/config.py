@@ -9,8 +9,8 @@ import gin
 import keras
 
 from seed_rl.classic.networks import mlp_torso
-from seed_rl.common import config_checks as checks
-from seed_rl.common import schedules
+from seed_rl.agents import config_checks as checks
+from seed_rl.agents import schedules
 
 
 @gin.configurable

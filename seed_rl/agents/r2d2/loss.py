@@ -15,7 +15,7 @@ from typing import Dict, NamedTuple, Tuple
 import tensorflow as tf
 
 from seed_rl.agents.r2d2 import targets as targets_lib
-from seed_rl.common import q_learning
+from seed_rl.agents import q_learning
 from seed_rl.agents.r2d2.networks import R2D2Network, State
 
 

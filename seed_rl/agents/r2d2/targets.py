@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from seed_rl.common import value_rescaling
+from seed_rl.agents import value_rescaling
 
 
 def n_step_targets(
@@ -48,7 +48,7 @@ def n_step_targets(
   of the training step's own unroll, and the sums here run in the graph in
   the rescaled space of h (h^-1 of each bootstrap value, h of the target)
   and also give the insert-time priorities from behaviour values. The
-  double-Q bootstrap itself is shared (seed_rl.common.q_learning).
+  double-Q bootstrap itself is shared (seed_rl.agents.q_learning).
 
   Args:
     reward: float [T, B] raw reward of the transition into step t (float32,

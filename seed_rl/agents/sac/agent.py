@@ -32,7 +32,7 @@ from seed_rl.agents import off_policy
 from seed_rl.agents.sac import loss as loss_lib
 from seed_rl.agents.sac import networks
 from seed_rl.agents.sac.config import SACConfig
-from seed_rl.common import target_network
+from seed_rl.agents import target_network
 from seed_rl.common.specs import ArraySpec
 
 # Trains on several devices when LearnerConfig.training_devices is set (see

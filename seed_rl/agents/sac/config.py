@@ -10,10 +10,9 @@ import keras
 
 from seed_rl.agents.off_policy import check_off_policy
 from seed_rl.classic.networks import mlp_torso
-from seed_rl.common import config_checks as checks
+from seed_rl.agents import config_checks as checks
 
-# check_off_policy (shared with TD3) lived here and stays importable.
-__all__ = ["SACConfig", "check_off_policy"]
+__all__ = ["SACConfig"]
 
 
 @gin.configurable

@@ -4,7 +4,6 @@ shared ones of seed_rl/agents/continuous.py (TD3's too).
 Actions inside the networks are normalised to [-1, 1]^A (the agent maps
 them to the action Box as center + scale * a): the critics see actions of
 the same scale on every task, and the policy's tanh lands on the Box.
-BoxScaling, QNetwork, build and dense_stack stay importable from here.
 """
 
 from __future__ import annotations
@@ -14,9 +13,9 @@ from typing import Callable, Sequence, Tuple
 import keras
 import tensorflow as tf
 
-from seed_rl.agents.continuous import BoxScaling, QNetwork, build, dense_stack
+from seed_rl.agents.continuous import dense_stack
 
-__all__ = ["BoxScaling", "GaussianPolicy", "QNetwork", "build", "dense_stack"]
+__all__ = ["GaussianPolicy"]
 
 
 class GaussianPolicy(keras.layers.Layer):

@@ -30,7 +30,7 @@ from seed_rl.agents import off_policy
 from seed_rl.agents.td3 import loss as loss_lib
 from seed_rl.agents.td3 import networks
 from seed_rl.agents.td3.config import TD3Config
-from seed_rl.common import target_network
+from seed_rl.agents import target_network
 from seed_rl.common.specs import ArraySpec
 
 # Trains on several devices when LearnerConfig.training_devices is set (see

@@ -10,7 +10,7 @@ import keras
 
 from seed_rl.agents.off_policy import check_off_policy
 from seed_rl.classic.networks import mlp_torso
-from seed_rl.common import config_checks as checks
+from seed_rl.agents import config_checks as checks
 
 
 @gin.configurable

@@ -2,8 +2,7 @@
 ones of seed_rl/agents/continuous.py (SAC's too).
 
 Actions inside the networks are normalised to [-1, 1]^A; the agent maps
-them to the action Box (seed_rl.agents.continuous.BoxScaling). BoxScaling,
-QNetwork and build stay importable from here.
+them to the action Box (seed_rl.agents.continuous.BoxScaling).
 """
 
 from __future__ import annotations
@@ -13,9 +12,9 @@ from typing import Callable, Sequence
 import keras
 import tensorflow as tf
 
-from seed_rl.agents.continuous import BoxScaling, QNetwork, build, dense_stack
+from seed_rl.agents.continuous import dense_stack
 
-__all__ = ["BoxScaling", "DeterministicPolicy", "QNetwork", "build"]
+__all__ = ["DeterministicPolicy"]
 
 
 class DeterministicPolicy(keras.layers.Layer):

@@ -17,7 +17,7 @@ from seed_rl.agents.vtrace import networks
 from seed_rl.agents.vtrace.config import VtraceConfig
 from seed_rl.common import agent_api
 from seed_rl.common import devices
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 from seed_rl.common import optimizers
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Unroll
 from seed_rl.common.specs import ArraySpec

@@ -10,7 +10,7 @@ import keras
 
 from seed_rl.agents.vtrace.loss import POLICY_LOSSES
 from seed_rl.classic.networks import mlp_torso
-from seed_rl.common import config_checks as checks
+from seed_rl.agents import config_checks as checks
 
 _OPTIMIZERS = ("adam", "rmsprop")
 _REWARD_CLIPPING = checks.REWARD_CLIPPING + ("soft_asymmetric",)

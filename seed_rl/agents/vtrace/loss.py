@@ -15,13 +15,9 @@ import tensorflow as tf
 from seed_rl.agents import learning
 from seed_rl.agents.advantages import normalize_advantages
 from seed_rl.agents.episode_ends import transition_inputs
-from seed_rl.agents.rewards import clip_rewards
 from seed_rl.agents.vtrace import vtrace
 
-# transition_inputs (seed_rl/agents/episode_ends.py, shared with ACER) and
-# clip_rewards (seed_rl/agents/rewards.py, every agent's) lived here; both
-# names stay importable from this module.
-__all__ = ["POLICY_LOSSES", "clip_rewards", "impala_loss", "transition_inputs"]
+__all__ = ["POLICY_LOSSES", "impala_loss"]
 
 # 'pg': IMPALA's policy gradient, rho-weighted advantages times grad log pi.
 # 'clip': PPO's clipped surrogate (eq. 7) of the ratio pi_theta / mu on the
@@ -59,7 +55,7 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
 
   Args:
     distribution: object with `log_prob(params, action)` and `entropy(params)`
-      (an ActionDistribution of seed_rl.common.distributions).
+      (an ActionDistribution of seed_rl.agents.distributions).
     policy_params: [T+1, B, P] current policy parameters (e.g. logits).
     baseline: [T+1, B] current value estimates.
     action: [T+1, B, ...] actions taken at each step.

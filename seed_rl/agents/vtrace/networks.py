@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from seed_rl.agents import rewards as rewards_lib
-from seed_rl.common import distributions
+from seed_rl.agents import distributions
 
 CoreState = Tuple[tf.Tensor, ...]
 
