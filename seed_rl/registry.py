@@ -51,8 +51,8 @@ AGENTS = {
 # Modules whose gin configurables a learner-side gin file may bind.
 LEARNER_GIN_MODULES = (
   "seed_rl.common.learner",
-  "seed_rl.classic.networks",
-  "seed_rl.atari.networks",
+  "seed_rl.networks.mlp",
+  "seed_rl.networks.conv",
 )
 
 

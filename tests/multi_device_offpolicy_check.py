@@ -33,7 +33,7 @@ from seed_rl.agents.sac.agent import SACAgent  # noqa: E402
 from seed_rl.agents.sac.config import SACConfig  # noqa: E402
 from seed_rl.agents.td3.agent import TD3Agent  # noqa: E402
 from seed_rl.agents.td3.config import TD3Config  # noqa: E402
-from seed_rl.classic.networks import mlp_torso  # noqa: E402
+from seed_rl.networks import mlp_torso  # noqa: E402
 from seed_rl.common import devices  # noqa: E402
 from seed_rl.common import optimizers  # noqa: E402
 from seed_rl.agents import target_network  # noqa: E402

@@ -25,7 +25,7 @@ import tensorflow as tf
 from seed_rl.agents.a2c import agent as agent_lib
 from seed_rl.agents.a2c import loss as loss_lib
 from seed_rl.agents.a2c.config import A2CConfig
-from seed_rl.classic.networks import mlp_torso
+from seed_rl.networks import mlp_torso
 from seed_rl.agents import distributions
 from seed_rl.common.specs import ArraySpec
 

@@ -31,7 +31,7 @@ import tensorflow as tf
 from seed_rl.agents.acer import agent as agent_lib
 from seed_rl.agents.acer import loss as loss_lib
 from seed_rl.agents.acer.config import ACERConfig
-from seed_rl.classic.networks import mlp_torso
+from seed_rl.networks import mlp_torso
 from seed_rl.common.specs import ArraySpec
 
 import launch

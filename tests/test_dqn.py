@@ -15,7 +15,7 @@ from seed_rl.agents.dqn import agent as agent_lib
 from seed_rl.agents.dqn import networks
 from seed_rl.agents.dqn import targets
 from seed_rl.agents.dqn.config import DQNConfig
-from seed_rl.classic.networks import mlp_torso
+from seed_rl.networks import mlp_torso
 from seed_rl.common import transitions
 from seed_rl.common.agent_api import Unroll
 from seed_rl.common.specs import ArraySpec

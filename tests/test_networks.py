@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 from seed_rl.agents.vtrace import networks
-from seed_rl.atari.networks import atari_torso
-from seed_rl.classic.networks import mlp_torso
+from seed_rl.networks import atari_torso
+from seed_rl.networks import mlp_torso
 from seed_rl.agents import distributions
 from seed_rl.common.specs import ArraySpec
 
@@ -328,7 +328,7 @@ def test_network_rejects_lstm_with_separate_value_torso():
 
 
 def test_compute_dtype_auto_follows_cpu_flags(tmp_path, monkeypatch):
-  from seed_rl.atari import networks as atari_networks
+  from seed_rl.networks import conv
 
   with_bf16 = tmp_path / "with"
   with_bf16.write_text(
@@ -336,13 +336,13 @@ def test_compute_dtype_auto_follows_cpu_flags(tmp_path, monkeypatch):
   )
   without = tmp_path / "without"
   without.write_text("processor: 0\nflags\t\t: fpu avx2 avx512f\n")
-  assert atari_networks.cpu_has_bfloat16(str(with_bf16))
-  assert not atari_networks.cpu_has_bfloat16(str(without))
-  assert not atari_networks.cpu_has_bfloat16(str(tmp_path / "missing"))
-  monkeypatch.setattr(atari_networks, "cpu_has_bfloat16", lambda: True)
-  assert atari_networks.resolve_compute_dtype("auto") == (
+  assert conv.cpu_has_bfloat16(str(with_bf16))
+  assert not conv.cpu_has_bfloat16(str(without))
+  assert not conv.cpu_has_bfloat16(str(tmp_path / "missing"))
+  monkeypatch.setattr(conv, "cpu_has_bfloat16", lambda: True)
+  assert conv.resolve_compute_dtype("auto") == (
     "float32" if tf.config.list_physical_devices("GPU") else "bfloat16"
   )
-  monkeypatch.setattr(atari_networks, "cpu_has_bfloat16", lambda: False)
-  assert atari_networks.resolve_compute_dtype("auto") == "float32"
-  assert atari_networks.resolve_compute_dtype("bfloat16") == "bfloat16"
+  monkeypatch.setattr(conv, "cpu_has_bfloat16", lambda: False)
+  assert conv.resolve_compute_dtype("auto") == "float32"
+  assert conv.resolve_compute_dtype("bfloat16") == "bfloat16"

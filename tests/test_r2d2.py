@@ -657,8 +657,8 @@ def test_gin_files_parse(domain):
 
   for module in (
     "seed_rl.common.learner",
-    "seed_rl.classic.networks",
-    "seed_rl.atari.networks",
+    "seed_rl.networks.mlp",
+    "seed_rl.networks.conv",
     f"seed_rl.{domain}.env",
   ):
     importlib.import_module(module)

@@ -16,7 +16,7 @@ import tensorflow as tf
 from seed_rl.agents.sac import agent as agent_lib
 from seed_rl.agents.sac import loss as loss_lib
 from seed_rl.agents.sac.config import SACConfig
-from seed_rl.classic.networks import mlp_torso
+from seed_rl.networks import mlp_torso
 from seed_rl.agents import distributions
 from seed_rl.common import transitions
 from seed_rl.common.agent_api import ActInputs, Unroll

@@ -18,7 +18,7 @@ from seed_rl import registry
 from seed_rl.agents.td3 import agent as agent_lib
 from seed_rl.agents.td3 import loss as loss_lib
 from seed_rl.agents.td3.config import TD3Config
-from seed_rl.classic.networks import mlp_torso
+from seed_rl.networks import mlp_torso
 from seed_rl.common import transitions
 from seed_rl.common.agent_api import Unroll
 from seed_rl.common.specs import ArraySpec

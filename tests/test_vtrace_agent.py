@@ -436,7 +436,7 @@ def test_create_agent_reads_gin():
 
 
 def test_atari_shaped_lstm_agent_trains():
-  from seed_rl.atari.networks import atari_torso
+  from seed_rl.networks import atari_torso
 
   obs_spec = ArraySpec((84, 84, 4), "uint8", "frames")
   action_spec = ArraySpec((), "int32", "action", num_values=6)

@@ -17,8 +17,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seed_rl.atari.networks import atari_torso
-from seed_rl.classic.networks import mlp_torso
+from seed_rl.networks import atari_torso
+from seed_rl.networks import mlp_torso
 from seed_rl.agents import distributions
 from seed_rl.common.specs import ArraySpec
 

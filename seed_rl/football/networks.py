@@ -4,7 +4,7 @@ SMM frames arrive as uint8 [B, 72, 96, 4, S]: the env's 4 planes (left
 team, right team, ball, active player), stacked S deep by the learner
 (LearnerConfig.frame_stack). SEED RL stacked them inside the env as 16
 channels; `football_torso` merges the last two axes into those 16 channels
-and runs one of the Atari conv stacks over them (`seed_rl/atari/networks.py`:
+and runs one of the Atari conv stacks over them (`seed_rl/networks/conv.py`:
 'impala' is the residual torso SEED RL's Football agent used, 'nips' the
 small 2013 DQN torso, several times cheaper on a CPU learner).
 """
@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import gin
 import keras
 
-from seed_rl.atari import networks as atari_networks
+from seed_rl.networks import conv
 
 
 class MergePlanes(keras.layers.Layer):
@@ -39,13 +39,13 @@ def football_torso(
 ) -> keras.layers.Layer:
   """SMM planes [B, 72, 96, 4, S] uint8 -> features [B, dense_size].
 
-  The arguments are atari_torso's (seed_rl/atari/networks.py); dense_size
+  The arguments are atari_torso's (seed_rl/networks/conv.py); dense_size
   defaults to 512 for 'nature' and 256 otherwise.
   """
   return keras.Sequential(
     [
       MergePlanes(),
-      atari_networks.atari_torso(
+      conv.atari_torso(
         kind=kind,
         dense_size=dense_size,
         impala_channels=impala_channels,

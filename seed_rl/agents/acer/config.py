@@ -8,7 +8,7 @@ from typing import Callable, Optional, Tuple
 import gin
 import keras
 
-from seed_rl.classic.networks import mlp_torso
+from seed_rl.networks import mlp_torso
 from seed_rl.agents import config_checks as checks
 
 _OPTIMIZERS = ("rmsprop", "adam")

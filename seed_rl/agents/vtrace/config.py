@@ -9,7 +9,7 @@ import gin
 import keras
 
 from seed_rl.agents.vtrace.loss import POLICY_LOSSES
-from seed_rl.classic.networks import mlp_torso
+from seed_rl.networks import mlp_torso
 from seed_rl.agents import config_checks as checks
 
 _OPTIMIZERS = ("adam", "rmsprop")
