@@ -31,12 +31,16 @@ from typing import Dict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from references import Reference, named  # noqa: E402
 
 
 def read_curve(logdir: str, tag: str = "episode/return"):
   """Returns (env_steps [N], values of `tag` [N], minutes since the first
   point [N]) from a run's event files."""
+  from seed_rl.common import tf_startup
+
+  tf_startup.import_tensorflow()  # tensorboard loads it; keep its lines off
   from tensorboard.backend.event_processing import event_accumulator
 
   steps_by_step: Dict[int, float] = {}

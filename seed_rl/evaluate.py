@@ -50,6 +50,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from seed_rl.common import saved_run
+from seed_rl.common import tf_startup
 
 VIDEO_EXTRA_HINT = "pip install -e '.[video]'"
 ATARI_ENV_MODULE = "seed_rl.atari.env"
@@ -516,8 +517,7 @@ def main(argv=None) -> int:
     )
   except ValueError as e:
     parser.error(str(e))
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  import tensorflow as tf
+  tf = tf_startup.import_tensorflow()
 
   tf.random.set_seed(args.seed)
   return saved_run.run_tool(

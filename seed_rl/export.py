@@ -46,8 +46,9 @@ from typing import Any, Dict, Tuple
 
 from seed_rl.common import agent_api
 from seed_rl.common import saved_run
+from seed_rl.common import tf_startup
 # TensorFlow is imported inside the functions that use it, once main() has
-# set TF_CPP_MIN_LOG_LEVEL.
+# imported it without its start-up lines (common/tf_startup.py).
 
 # name -> (shape after B, dtype) of each state tensor of a policy.
 StateSpecs = Dict[str, Tuple[Tuple[int, ...], Any]]
@@ -244,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
   args = build_parser().parse_args(argv)
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  tf_startup.import_tensorflow()
   return saved_run.run_tool(args, lambda run: export(run, args.out))
 
 

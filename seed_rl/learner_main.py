@@ -13,13 +13,14 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 from seed_rl import gin_utils
 from seed_rl import profiles
 from seed_rl import registry
 from seed_rl.cluster import tuning
 from seed_rl.common import profiling
+from seed_rl.common import tf_startup
 from seed_rl.grpc import security
 
 # LearnerConfig fields a flag of the same name overrides.
@@ -165,8 +166,7 @@ def main(argv=None) -> int:
   args.gin_bindings += tuned
   try:
     server_security = _check_args(args)
-    # See scripts/setup_env.sh.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    tf_startup.import_tensorflow()  # before anything else loads it
     run = _build(args)
   except _SetupError as e:
     print(f"error: {e}", file=sys.stderr)
@@ -211,6 +211,15 @@ def _check_args(args: argparse.Namespace) -> security.ServerSecurity:
   return server_security
 
 
+def _config_files(args: argparse.Namespace) -> List[str]:
+  """The profile's files, the pair's gin file and its overlay, then
+  --gin_config. The pair's file given again there is dropped: parsed after
+  the overlay it would undo it."""
+  files = profiles.config_files(args.machine_profile, args.env, args.agent)
+  pair = os.path.realpath(registry.gin_file(args.env, args.agent))
+  return files + [f for f in args.gin_config if os.path.realpath(f) != pair]
+
+
 def _build(args: argparse.Namespace) -> _Run:
   """Parses gin, seeds TensorFlow, probes the env's specs, creates the agent."""
   # TensorFlow and the agent modules load only now (slow imports).
@@ -224,9 +233,7 @@ def _build(args: argparse.Namespace) -> _Run:
     importlib.import_module(name)
   try:
     gin_utils.parse(
-      profiles.gin_files(args.machine_profile, args.env)
-      + [registry.gin_file(args.env, args.agent)]
-      + args.gin_config,
+      _config_files(args),
       args.gin_bindings,
     )
     config = learner_lib.LearnerConfig()

@@ -221,7 +221,10 @@ def _prepare(args: argparse.Namespace, extra: List[str]) -> List[str]:
   gin_args = ["--gin_config", registry.gin_file(args.env, args.agent)]
   gin_args += _forwarded(extra, ("--gin_config", "--gin_bindings"))
   configs, bindings = _gin_sources(gin_args)
-  configs = profiles.gin_files(args.machine_profile, args.env) + configs
+  configs = (
+    profiles.config_files(args.machine_profile, args.env, args.agent)
+    + configs[1:]
+  )
   from seed_rl import gin_utils
 
   gin_utils.check_renamed(configs, bindings)

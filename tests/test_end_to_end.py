@@ -71,6 +71,27 @@ def test_cartpole_vtrace_trains_checkpoints_and_resumes(tmp_path):
   assert resumed["env_steps"] > result["env_steps"]
 
 
+def test_run_local_prints_no_tensorflow_startup_line(tmp_path):
+  # What TensorFlow's libraries write while they load, before absl logging.
+  startup = ("oneDNN", "cuda drivers", "absl::InitializeLog", "cpu_feature")
+  done = subprocess.run(
+    ["bash", "run_local.sh", "classic", "vtrace", "1", "4"]
+    + ["--logdir", str(tmp_path / "run"), "--max_learner_steps", "20"],
+    cwd=launch.ROOT,
+    env=launch.env_without("TF_CPP_MIN_LOG_LEVEL"),
+    capture_output=True,
+    text=True,
+    timeout=240,
+  )
+  console = done.stdout + done.stderr
+  assert done.returncode == 0, console[-3000:]
+  assert "[learner" in console  # the learner did print its own lines
+  printed = [
+    line for line in console.splitlines() if any(s in line for s in startup)
+  ]
+  assert not printed, printed
+
+
 def test_ctrl_c_leaves_no_process_behind(tmp_path):
   proc = subprocess.Popen(
     [

@@ -82,7 +82,7 @@ def _operative(profile, env, agent, overlays=(), build=None):
   from seed_rl.common.learner_config import LearnerConfig
 
   pair_file = registry.gin_file(env, agent)
-  files = profiles.gin_files(profile, env) + [pair_file]
+  files = profiles.config_files(profile, env, agent)
   files += [os.path.join(os.path.dirname(pair_file), f) for f in overlays]
   gin.clear_config()
   try:
@@ -115,7 +115,7 @@ def _vtrace_config(*overlays):
 
 
 def test_atari_vtrace_defaults_and_the_previous_update_overlay():
-  # What RESULTS.md's 2026-11-26 Atari runs measured (issue 20) ...
+  # What RESULTS.md's Atari runs since 2026-11-26 measured ...
   new = _vtrace_config()
   assert (new.unroll_length, new.batch_size) == (20, 32)
   assert (new.num_epochs, new.num_minibatches) == (2, 4)
@@ -145,6 +145,64 @@ def test_cluster_profile_leaves_threads_to_the_machine():
   assert config.max_inference_batch_size == 512
   assert config.tf_intra_op_threads is None
   assert config.tf_inter_op_threads is None
+
+
+def test_cluster_runs_the_accelerator_overlay_of_atari_vtrace():
+  from seed_rl.agents.vtrace.config import VtraceConfig
+
+  def build():
+    return VtraceConfig(), gin.query_parameter("atari_torso.kind")
+
+  small, small_torso = _operative("local-2core", "atari", "vtrace", (), build)[
+    2
+  ]
+  big, big_torso = _operative("cluster", "atari", "vtrace", (), build)[2]
+  assert (small_torso, big_torso) == ("nips", "nature")
+  assert (big.batch_size, big.num_epochs, big.num_minibatches) == (64, 4, 4)
+  assert (big.entropy_cost, big.queue_capacity) == (0.01, 128)
+  assert (small.batch_size, small.num_epochs, small.entropy_cost) == (
+    32,
+    2,
+    0.03,
+  )
+  # Everything the overlay does not name is the 2-core default's.
+  for field in ("unroll_length", "learning_rate", "clip_ratio", "discount"):
+    assert getattr(small, field) == getattr(big, field), field
+  # The same file is the documented switch on any other profile.
+  switched = _vtrace_config("vtrace_accelerator.gin")
+  assert (switched.batch_size, switched.num_epochs) == (64, 4)
+
+
+def test_overlays_apply_only_where_their_file_exists():
+  assert profiles.overlay_files("local-2core", "atari", "vtrace") == []
+  assert profiles.overlay_files("cluster", "atari", "r2d2") == []
+  (overlay,) = profiles.overlay_files("cluster", "atari", "vtrace")
+  assert overlay.endswith(
+    os.path.join("atari", "gin", "vtrace_accelerator.gin")
+  )
+  assert profiles.config_files("cluster", "atari", "vtrace")[-2:] == [
+    registry.gin_file("atari", "vtrace"),
+    overlay,
+  ]
+
+
+def test_learner_parses_the_overlay_after_a_repeated_pair_file(tmp_path):
+  import argparse
+
+  from seed_rl import learner_main
+
+  extra = tmp_path / "extra.gin"
+  extra.write_text("")
+  args = argparse.Namespace(
+    machine_profile="cluster",
+    env="atari",
+    agent="vtrace",
+    gin_config=[registry.gin_file("atari", "vtrace"), str(extra)],
+  )
+  files = learner_main._config_files(args)
+  assert files[-2].endswith("vtrace_accelerator.gin")
+  assert files[-1] == str(extra)
+  assert files.count(registry.gin_file("atari", "vtrace")) == 1
 
 
 def test_cluster_launchers_use_the_cluster_profile():

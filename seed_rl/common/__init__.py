@@ -32,6 +32,7 @@ TF_FREE = (
   "reporting",
   "replay",
   "specs",
+  "tf_startup",
   "throttle",
   "transitions",
   "unroll_queue",

@@ -11,6 +11,14 @@ profile changes nothing for that domain).
 - `cluster`: a learner with cores (and maybe a GPU) of its own, actors on
   other machines; what docker/, k8s/ and gcp/ run.
 
+A profile may also name an agent overlay (OVERLAYS): where the pair's gin
+file `seed_rl/<env>/gin/<agent>.gin` has a sibling `<agent>_<overlay>.gin`,
+it is parsed right after it. On 'cluster' that is 'accelerator': an agent
+sized for a learner whose model cost does not bind (Atari V-trace's Nature
+CNN and CleanRL's reuse of each round, `atari/gin/vtrace_accelerator.gin`),
+where on 2 cores the learner's updates per second bind. Elsewhere the same
+file is a `--gin_config` away.
+
 Every entry point takes `--machine_profile NAME|auto` (default auto: `local-2core`
 on machines with at most SMALL_MACHINE_CORES cores, else `cluster`). The
 profile's file is parsed first, so the algorithm's gin file, `--gin_config`
@@ -43,6 +51,10 @@ MACHINE_SETTINGS = (
   "create_environment.num_threads",
 )
 
+# Profile -> the suffix of the agent overlay it runs (none: the pair's gin
+# file alone).
+OVERLAYS = {"cluster": "accelerator"}
+
 _DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -74,6 +86,28 @@ def gin_files(profile: str, env: str) -> List[str]:
   """[the profile's file for `env`] or [] (profile names resolved first)."""
   path = gin_file(resolve(profile), env)
   return [path] if path else []
+
+
+def overlay_files(profile: str, env: str, agent: str) -> List[str]:
+  """[the pair's overlay for `profile`] where the profile names one and the
+  file exists, else []."""
+  suffix = OVERLAYS.get(resolve(profile))
+  if suffix is None:
+    return []
+  stem, ext = os.path.splitext(registry.gin_file(env, agent))
+  path = f"{stem}_{suffix}{ext}"
+  return [path] if os.path.exists(path) else []
+
+
+def config_files(profile: str, env: str, agent: str) -> List[str]:
+  """Every gin file a learner of (env, agent) on `profile` parses before
+  --gin_config files, in order: the profile's machine settings, the pair's
+  gin file, the profile's overlay of it."""
+  return (
+    gin_files(profile, env)
+    + [registry.gin_file(env, agent)]
+    + overlay_files(profile, env, agent)
+  )
 
 
 def add_flag(parser) -> None:
