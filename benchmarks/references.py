@@ -4,23 +4,34 @@
 stands for CleanRL's PPO on that Atari game (its Open RL Benchmark
 curves): the mean over seeds of the episodic return (whole games, all
 lives) against `global_step`, which counts agent steps of the
-4-frame-skip environment, as our `perf/env_steps` does.
+4-frame-skip environment, as our `perf/env_steps` does (the plots' own
+median-HNS data starts at x = 1,024, one iteration of 8 envs x 128 steps).
 
 The points up to 8M agent steps were read off the published plots pixel by
-pixel against their grid lines (about +-3-5% of full scale); the 10M points
-are the exact means of CleanRL's results tables. Only points read off a
-plot are listed; between them a comparison interpolates linearly (the
-"~875" at 3M of Seaquest in RESULTS.md is such a midpoint). Sources, per
-game:
+pixel against their tick marks (about +-3-5% of full scale; on steep
+stretches the curve's own jaggedness over +-0.1M is larger); the 10M
+points are the exact means of the results tables. Only points read off a
+plot are listed; between them a comparison interpolates linearly.
+Sources, per game:
 
-- space_invaders, seaquest: openrlbenchmark `static/cleanrl_vs_baselines_atari.png`,
-  `ppo_atari_envpool_xla_jax_truncation`;
+- space_invaders, seaquest and the Atari-5 games (battle_zone,
+  double_dunk, name_this_game, phoenix, qbert): openrlbenchmark
+  `static/cleanrl_vs_baselines_atari.png` (commit 27851fc7, 2023-06-05),
+  the orange `ppo_atari_envpool_xla_jax_truncation` curves (3 seeds, a
+  100-point rolling mean of `charts/avg_episodic_return`); 10M from
+  `static/cleanrl_vs_baselines_atari.md`;
 - beam_rider: CleanRL docs `docs/rl-algorithms/ppo/BeamRiderNoFrameskip-v4.png`,
   `ppo_atari.py`;
 - pong: CleanRL docs, `ppo_atari.py`.
 
-benchmarks/RESULTS.md ("CleanRL references used for issue 20") has the
-same table, and SpaceInvaders' 3M point in its session-8 table.
+`CLEANRL_MEDIAN_HNS_57` is the same CleanRL runs' median human-normalised
+score over all 57 games (openrlbenchmark
+`static/cleanrl_vs_baselines_hns_median.pkl`, exact values), and
+`atari5_median` the 57-game median that the Atari-5 regression predicts
+from five games' scores (Aitchison, Sweetser and Hutter, ICML 2023; its
+weights from maitchison/PPO `tools/plot_util.py`, commit d3e32282, which
+a least-squares refit on the Atari-5 repository's `dataset.csv`
+reproduces).
 """
 
 from __future__ import annotations
@@ -47,7 +58,65 @@ CLEANRL_PPO_ATARI: Dict[str, Dict[float, float]] = {
     2e6: 12.9, 4e6: 19.1, 5e6: 19.6, 6e6: 19.7, 7e6: 20.2, 8e6: 20.4,
     10e6: 20.59,
   },
+  # Atari-5: evaluation games, never tuned on.
+  "battle_zone": {
+    0.5e6: 9900, 1e6: 14670, 1.5e6: 16530, 2e6: 17390, 2.5e6: 16440,
+    3e6: 16590, 4e6: 17790, 5e6: 18900, 6e6: 18670, 7e6: 19560,
+    8e6: 20330, 10e6: 20424.17,
+  },
+  "double_dunk": {
+    0.5e6: -14.8, 1e6: -13.3, 1.5e6: -15.0, 2e6: -16.2, 2.5e6: -15.7,
+    3e6: -16.8, 4e6: -16.6, 5e6: -13.9, 6e6: -15.7, 7e6: -14.3,
+    8e6: -14.0, 10e6: -6.72,
+  },
+  "name_this_game": {
+    0.5e6: 2940, 1e6: 4900, 1.5e6: 5130, 2e6: 5030, 2.5e6: 5200,
+    3e6: 5390, 4e6: 5480, 5e6: 5360, 6e6: 5620, 7e6: 5690, 8e6: 5620,
+    10e6: 5939.28,
+  },
+  "phoenix": {
+    0.5e6: 2920, 1e6: 3990, 1.5e6: 4220, 2e6: 4930, 2.5e6: 5440,
+    3e6: 5540, 4e6: 6220, 5e6: 6380, 6e6: 7970, 7e6: 8910, 8e6: 11110,
+    10e6: 14847.46,
+  },
+  "qbert": {
+    0.5e6: 580, 1e6: 1090, 1.5e6: 2320, 2e6: 3720, 2.5e6: 4000,
+    3e6: 4270, 4e6: 7170, 5e6: 10960, 6e6: 13390, 7e6: 14330,
+    8e6: 14430, 10e6: 17318.50,
+  },
 }  # fmt: skip
+
+# agent steps: CleanRL's median human-normalised score over the 57 games.
+CLEANRL_MEDIAN_HNS_57: Dict[float, float] = {
+  0.5e6: 0.083, 1e6: 0.147, 2e6: 0.277, 3e6: 0.321, 4e6: 0.430,
+  5e6: 0.499, 10e6: 0.923,
+}  # fmt: skip
+
+# The Atari-5 regression: log10(1 + median HNS%) = sum of w * log10(1 +
+# max(HNS%, 0)) over the five games, no intercept (relative error ~10% on
+# final scores of the 44 algorithms it was fit on, all with medians above
+# 40%; at a few million agent steps it is an indication).
+ATARI5_WEIGHTS: Dict[str, float] = {
+  "battle_zone": 0.3819751237831753,
+  "double_dunk": 0.0679099488887574,
+  "name_this_game": 0.310804148620847,
+  "phoenix": 0.12412619402774641,
+  "qbert": 0.08048518286466755,
+}
+
+
+def atari5_median(hns: Dict[str, float]) -> float:
+  """The 57-game median human-normalised score (a fraction, 1 = human)
+  predicted from the five games' human-normalised scores (fractions);
+  ValueError naming the games missing."""
+  missing = sorted(set(ATARI5_WEIGHTS) - set(hns))
+  if missing:
+    raise ValueError(f"atari5_median needs all five games; missing {missing}")
+  log_median = sum(
+    w * np.log10(1.0 + max(100.0 * hns[game], 0.0))
+    for game, w in ATARI5_WEIGHTS.items()
+  )
+  return float((10.0**log_median - 1.0) / 100.0)
 
 
 class Reference(NamedTuple):

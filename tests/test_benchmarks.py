@@ -301,3 +301,86 @@ def test_a_resumed_learner_clock_runs_on():
     17.0,
     18.0,
   ]
+
+
+def _benchmark_module(name):
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  try:
+    return __import__(name)
+  finally:
+    sys.path.pop(0)
+
+
+def test_atari5_regression_reproduces_its_published_reading_of_cleanrl():
+  """CleanRL's 10M table scores through the Atari-5 regression give a
+  57-game median of ~72.5% (the regression's own weights and human/random
+  scores); a negative score counts as random play, and all five games are
+  needed."""
+  from seed_rl.atari.scores import human_normalized
+
+  references = _benchmark_module("references")
+  table = {"battle_zone": 20424.17, "double_dunk": -6.72}
+  table.update(name_this_game=5939.28, phoenix=14847.46, qbert=17318.50)
+  hns = {g: human_normalized(g, s) for g, s in table.items()}
+  assert references.atari5_median(hns) == pytest.approx(0.725, abs=0.005)
+  worse = dict.fromkeys(table, -0.5)
+  assert references.atari5_median(worse) == 0.0
+  with pytest.raises(ValueError, match="missing \\['qbert'\\]"):
+    references.atari5_median({g: 1.0 for g in table if g != "qbert"})
+
+
+def test_atari_suite_reports_each_game_against_cleanrl_and_the_regression(
+  tmp_path, capsys
+):
+  """Five fake runs of 50,000 agent steps a minute for 80 minutes, each
+  holding CleanRL's 2M-step return throughout: after 60 minutes (3M agent
+  steps) each is judged against CleanRL's 3M point."""
+  import tensorflow as tf
+
+  suite = _benchmark_module("atari_suite")
+  refs = _benchmark_module("references").CLEANRL_PPO_ATARI
+  for game in suite.SUITES["atari5"]:
+    writer = tf.summary.create_file_writer(
+      str(tmp_path / "2core" / f"{game}-s0")
+    )
+    with writer.as_default():
+      for step in range(1, 81):  # 80 minutes, 4M agent steps
+        tf.summary.scalar("perf/env_steps", 50_000.0 * step, step=step)
+        tf.summary.scalar("perf/elapsed_s", 60.0 * step, step=step)
+        tf.summary.scalar("episode/return_last100", refs[game][2e6], step=step)
+    writer.close()
+  with open(tmp_path / "2core" / "qbert-s0" / suite.EVAL_FILE, "w") as f:
+    json.dump(
+      {
+        mode: {"mean_return": 250.0, "std_return": 5.0, "episodes": 10}
+        | {"human_normalized_score": 0.0066}
+        for mode in ("greedy", "sample")
+      },
+      f,
+    )
+  assert suite.main(["report", "--root", str(tmp_path), "--minutes", "60"]) == 0
+  lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  games, summary = lines[:-1], lines[-1]
+  assert [g["game"] for g in games] == suite.SUITES["atari5"]
+  phoenix = games[3]
+  (run,) = phoenix["runs"]
+  # After 60 minutes: 3M agent steps, CleanRL's 3M point (5,540).
+  assert run["agent_steps"] == 3_000_000 and run["reached"]
+  assert run["return_last100"] == 4930.0 and run["cleanrl"] == 5540.0
+  assert run["ratio"] == round(4930.0 / 5540.0, 3)
+  assert run["hns"] == round((4930.0 - 761.4) / (7242.6 - 761.4), 4)
+  # Double Dunk's scores are negative: a ratio of returns means nothing,
+  # the ratio of human-normalised scores does.
+  (dd,) = games[1]["runs"]
+  assert dd["ratio"] is None
+  assert dd["hns_ratio"] == round((-16.2 + 18.6) / (-16.8 + 18.6), 3)
+  assert games[4]["runs"][0]["noop30"]["greedy"]["mean_return"] == 250.0
+  assert summary["games"] == summary["of"] == 5
+  hns = {g["game"]: g["mean_hns"] for g in games}
+  assert summary["atari5_median"] == round(
+    _benchmark_module("references").atari5_median(hns), 4
+  )
+  assert summary["atari5_median_cleanrl"] > 0
+  out = tmp_path / "atari5.png"
+  assert suite.main(["plot", "--root", str(tmp_path), "--out", str(out)]) == 0
+  assert out.stat().st_size > 10_000
