@@ -1,4 +1,4 @@
-"""Forged episode statistics against a real learner process (issue 21).
+"""Forged episode statistics against a real learner process.
 
 A client with a valid session sends batches in which every env ends on
 every step and reports episodes it never played: first a return of 1e9

@@ -1,4 +1,4 @@
-"""What one client with a valid token cannot hold on the learner (issue 21):
+"""What one client with a valid token cannot hold on the learner:
 an actor id, by going silent on an open stream; the capacity a restarting
 actor needs, with idle calls; memory, with messages larger than its spec
 allows.

@@ -3,7 +3,7 @@
 Why V-trace has it too (opt-in, VtraceConfig.normalize_advantages): with
 clipped rewards the V-trace policy-gradient advantages of an A2C-sized
 batch have a std of ~0.1-0.2 (BeamRider, Seaquest, Pong; benchmarks/
-RESULTS.md, issue 20), so an entropy cost of 0.01 weighs 5-10x more against
+RESULTS.md, Atari V-trace), so an entropy cost of 0.01 weighs 5-10x more against
 them than the same 0.01 does against PPO's unit-std advantages, and the
 policy stays near uniform for millions of steps. Standardising fixes that
 balance, but over V-trace's 80-transition batches without PPO's ratio clip

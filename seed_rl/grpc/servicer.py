@@ -14,7 +14,7 @@ handed to the handler without blocking the loop:
 
 A bad message, or a handler error, ends only the stream it arrived on.
 
-What a client cannot hold (issue 21):
+What a client cannot hold:
 - Capacity. A call is *pending* from its start until its first message
   arrives; pending calls are counted apart from the established ones (Step
   streams past their first message), per peer host and in all
