@@ -11,66 +11,38 @@ epsilon), and prints one JSON line:
    "max_return": ..., "returns": [...], "episode_lengths": [...],
    "learner_step": ..., "env_steps": ..., "checkpoint": "...", ...}
 
-Atari runs: --protocol picks the episodes the papers score (the envs
-always play full games, all lives, raw rewards):
-
-  run     the run's own env settings (its gin config; the default)
-  noop30  up to 30 no-op frames at each start (ale_py draws 0-29), no
-          sticky actions, episodes capped at 108,000 frames (Mnih et al.,
-          2015; SEED RL's setup)
-  sticky  sticky actions with p = 0.25, no no-op starts, 108,000-frame cap
-          (Machado et al., 2018; Dopamine)
-
-and --noop_max N, --sticky_actions P, --max_episode_frames F override one
-setting on top of it. --episodes states the number of episodes (e.g. 30).
-The JSON line then also has "game", "protocol" (the settings played:
-noop_max, sticky_actions, max_episode_frames, ...) and
-"human_normalized_score": (mean_return - random) / (human - random) with
-the random and human scores of seed_rl.atari.scores (null for a game
-outside its 57).
+--episodes states the number of episodes (e.g. 30). The episodes are
+played with the run's own env settings unless the run's domain has an
+evaluation protocol (seed_rl.common.evaluation: its flags, env settings
+and JSON fields). Atari's (seed_rl/atari/evaluation.py) scores as the
+papers do: --protocol noop30|sticky (default run: the run's settings),
+--noop_max N, --sticky_actions P, --max_episode_frames F; the JSON line
+then adds "game", "protocol" and "human_normalized_score".
 
 --video FILE.mp4 records the first episode of env 0: gymnasium envs
-(classic, MuJoCo) render RGB frames; Atari records the game's colour
-screen (ALE's 210x160 frames, scaled 2x; the same game as the scored env 0,
-played by a twin env with its seed and actions) or, with
---video_source agent, the 84x84 grayscale frames the agent sees, scaled 4x
-(as envs that cannot render but see images always are). Atari videos play
-in real time by default (15 fps: 60 Hz over frameskip 4). Needs the
-`video` extra: pip install -e '.[video]'.
+(classic, MuJoCo) render RGB frames, Atari its colour screen (scaled 2x,
+in real time: 15 fps); with --video_source agent, the image observations
+the agent sees, scaled 4x (as envs that cannot render but see images
+always are). Needs the `video` extra: pip install -e '.[video]'.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from seed_rl.common import evaluation
 from seed_rl.common import saved_run
 from seed_rl.common import tf_startup
 
 VIDEO_EXTRA_HINT = "pip install -e '.[video]'"
-ATARI_ENV_MODULE = "seed_rl.atari.env"
-MAX_EPISODE_FRAMES = 108_000  # 30 minutes of play at 60 Hz
-# --protocol: create_environment overrides of Atari runs ('run': none).
-PROTOCOLS: Dict[str, Dict[str, Any]] = {
-  "run": {},
-  "noop30": {
-    "noop_max": 30,
-    "repeat_action_probability": 0.0,
-    "max_num_frames_per_episode": MAX_EPISODE_FRAMES,
-  },
-  "sticky": {
-    "noop_max": 0,
-    "repeat_action_probability": 0.25,
-    "max_num_frames_per_episode": MAX_EPISODE_FRAMES,
-  },
-}
 VIDEO_SOURCES = ("game", "agent")
-DEFAULT_FPS = 30.0
 
 
 def _video_writer(path: str, fps: float):
@@ -104,91 +76,19 @@ def _even(frame: np.ndarray) -> np.ndarray:
   return np.ascontiguousarray(frame[:h, :w, :3])
 
 
-def is_atari(run) -> bool:
-  """Whether `run` (a saved_run.LoadedRun) plays seed_rl's Atari envs."""
-  return getattr(run.env_module, "__name__", None) == ATARI_ENV_MODULE
-
-
-def atari_settings(
-  protocol: str = "run",
-  noop_max: Optional[int] = None,
-  sticky_actions: Optional[float] = None,
-  max_episode_frames: Optional[int] = None,
-) -> Dict[str, Any]:
-  """`atari.create_environment` keyword arguments of `protocol` (see the
-  module docstring) with the given settings overriding it ({} for 'run'
-  without overrides: the run's own settings).
-
-  Raises:
-    ValueError: an unknown protocol or a setting out of range.
-  """
-  if protocol not in PROTOCOLS:
-    raise ValueError(
-      f"unknown --protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}"
-    )
-  settings = dict(PROTOCOLS[protocol])
-  if noop_max is not None:
-    if noop_max < 0:
-      raise ValueError(f"--noop_max must be >= 0, got {noop_max}")
-    settings["noop_max"] = int(noop_max)
-  if sticky_actions is not None:
-    if not 0.0 <= sticky_actions <= 1.0:
-      raise ValueError(
-        f"--sticky_actions must be in [0, 1], got {sticky_actions}"
-      )
-    settings["repeat_action_probability"] = float(sticky_actions)
-  if max_episode_frames is not None:
-    if max_episode_frames < 1:
-      raise ValueError(
-        f"--max_episode_frames must be >= 1, got {max_episode_frames}"
-      )
-    settings["max_num_frames_per_episode"] = int(max_episode_frames)
-  return settings
-
-
-def protocol_report(name: str, env) -> Dict[str, Any]:
-  """The JSON line's "protocol": what the Atari episodes were."""
-  played = env.settings
-  return {
-    "name": name,
-    "noop_max": played["noop_max"],
-    "sticky_actions": played["repeat_action_probability"],
-    "max_episode_frames": played["max_num_frames_per_episode"],
-    "frameskip": played["frameskip"],
-    "use_fire_reset": played["use_fire_reset"],
-    "full_games": played["full_games"],
-  }
-
-
 def _create_env(
-  run,
-  num_envs: int,
-  seed: int,
-  settings: Dict[str, Any],
-  video: bool,
-  video_source: str,
+  run, num_envs: int, seed: int, overrides: Dict[str, Any], render: bool
 ):
-  """The run's env with `settings` (Atari runs), rendering for `video`."""
+  """The run's env with the protocol's `overrides` (keyword arguments that
+  win over the run's gin bindings), rendering RGB frames if `render`."""
   from seed_rl.actors import factory
 
-  if not is_atari(run):
-    if settings:
-      raise ValueError(
-        "--protocol, --noop_max, --sticky_actions and --max_episode_frames "
-        f"apply to Atari runs; this run's env is {run.env}"
-      )
-    if not video:
-      return run.create_environment(num_envs, seed)
+  if render:
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame, headless
-    with factory.rendering("rgb_array"):
-      return run.create_environment(num_envs, seed)
-  kwargs = dict(settings)
-  if video and video_source == "game":
-    kwargs["render_mode"] = "rgb_array"
-  # Explicit arguments win over the run's gin bindings.
-  return run.env_module.create_environment(
-    num_envs=num_envs, seed=seed, **kwargs
-  )
+  with factory.rendering("rgb_array") if render else contextlib.nullcontext():
+    return run.env_module.create_environment(
+      num_envs=num_envs, seed=seed, **overrides
+    )
 
 
 def is_image(spec) -> bool:
@@ -198,76 +98,56 @@ def is_image(spec) -> bool:
   )
 
 
-def evaluate(  # noqa: PLR0913 (the evaluation protocol's options)
-  run,
-  episodes: int,
-  greedy: bool = True,
-  seed: int = 0,
-  num_envs: int = 1,
-  video: Optional[str] = None,
-  fps: Optional[float] = None,
-  protocol: str = "run",
-  noop_max: Optional[int] = None,
-  sticky_actions: Optional[float] = None,
-  max_episode_frames: Optional[int] = None,
-  video_source: str = "game",
-) -> Dict[str, Any]:
-  """Plays `episodes` episodes with `run.agent` (a saved_run.LoadedRun).
+def evaluate(run, args: argparse.Namespace) -> Dict[str, Any]:
+  """Plays `args.episodes` episodes with `run.agent` (a saved_run.LoadedRun)
+  as `args` (build_parser's flags) say, under the evaluation protocol of
+  the run's domain.
 
   Env i plays its share of the episodes (so short episodes are not
-  over-counted); the video shows env 0's first episode. `protocol` and the
-  settings after it apply to Atari runs (see the module docstring);
-  `fps` None: real time for Atari (15), else 30.
+  over-counted); the video shows env 0's first episode at `args.fps`, or
+  the protocol's `video_fps` (Atari: real time, 15; else 30).
   """
-  if episodes < 1 or num_envs < 1:
+  episodes, seed, video = args.episodes, args.seed, args.video
+  if episodes < 1 or args.num_envs < 1:
     raise ValueError("--episodes and --num_envs must be >= 1")
-  if video_source not in VIDEO_SOURCES:
+  if args.video_source not in VIDEO_SOURCES:
     raise ValueError(
-      f"--video_source {video_source!r}; choose one of "
+      f"--video_source {args.video_source!r}; choose one of "
       f"{', '.join(VIDEO_SOURCES)}"
     )
-  settings = atari_settings(
-    protocol, noop_max, sticky_actions, max_episode_frames
-  )
-  n = min(num_envs, episodes)
+  protocol = evaluation.domain_protocol(run.env)
+  protocol.check(args)
+  n = min(args.num_envs, episodes)
   quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
-  env = _create_env(run, n, seed, settings, bool(video), video_source)
+  render = bool(video) and args.video_source == "game"
+  env = _create_env(run, n, seed, protocol.env_overrides(args), render)
   writer = None
   start = time.monotonic()
   try:
     if video:
-      writer = _video_writer(video, fps or _natural_fps(run, env))
+      writer = _video_writer(video, args.fps or protocol.video_fps(env))
     returns, lengths, frames_written = _play(
-      run, env, quota, greedy, writer, video_source
+      run,
+      env,
+      quota,
+      args.greedy,
+      writer,
+      lambda observation: _video_frame(
+        run, env, observation, args.video_source, protocol.render_scale
+      ),
     )
   finally:
     env.close()
     if writer is not None:
       writer.close()
-  result = _summary(run, returns, lengths, greedy, seed)
-  if is_atari(run):
-    from seed_rl.atari import scores
-
-    result["game"] = env.game
-    result["protocol"] = protocol_report(protocol, env)
-    result["human_normalized_score"] = (
-      scores.human_normalized(env.game, result["mean_return"])
-      if env.game in scores.GAMES
-      else None
-    )
+  result = _summary(run, returns, lengths, args.greedy, seed)
+  result.update(protocol.extra_fields(args, env, result["mean_return"]))
   result["seconds"] = round(time.monotonic() - start, 2)
   if video:
     result["video"] = os.path.abspath(video)
-    result["video_source"] = video_source
+    result["video_source"] = args.video_source
     result["video_frames"] = frames_written
   return result
-
-
-def _natural_fps(run, env) -> float:
-  """Real time for Atari (60 Hz over the frameskip), else DEFAULT_FPS."""
-  if is_atari(run):
-    return 60.0 / env.settings["frameskip"]
-  return DEFAULT_FPS
 
 
 def _play(
@@ -276,12 +156,12 @@ def _play(
   quota: np.ndarray,
   greedy: bool,
   writer,
-  video_source: str = "game",
+  video_frame: Callable[[np.ndarray], np.ndarray],
 ) -> Tuple[List[float], List[int], int]:
   """Steps the [N] envs of `env` until env i has finished quota[i] episodes,
   through the runtime's per-env state (frame stacks, recurrent state,
-  previous actions) and the agent's `act`; `writer` (if any) gets the frames
-  of env 0's first episode.
+  previous actions) and the agent's `act`; `writer` (if any) gets the
+  `video_frame(observation)` of env 0's first episode.
 
   Returns:
     (returns, lengths) of the counted episodes, in the order they ended, and
@@ -310,7 +190,7 @@ def _play(
   new_episode = np.ones(n, bool)
   while not episodes.complete:
     if recording and writer is not None:
-      frame = _video_frame(run, env, observation, video_source)
+      frame = video_frame(observation)
       writer.append_data(_even(frame))
       frames_written += 1
     state.reset(ids[new_episode])
@@ -371,15 +251,17 @@ class _Episodes:
 
 
 def _video_frame(
-  run, env, observation: np.ndarray, video_source: str = "game"
+  run, env, observation: np.ndarray, video_source: str, render_scale: int
 ) -> np.ndarray:
-  """Env 0's rendered RGB frame (Atari's colour screen, scaled 2x), else
-  (video_source 'agent', or an env that cannot render) its image
-  observation, scaled 4x."""
+  """Env 0's rendered RGB frame, scaled `render_scale` times (Atari's colour
+  screen: 2), else (video_source 'agent', or an env that cannot render)
+  its image observation, scaled 4x."""
   if video_source == "game":
     frame = env.render()
     if frame is not None:
-      return observation_frame(frame, scale=2) if is_atari(run) else frame
+      return (
+        observation_frame(frame, render_scale) if render_scale > 1 else frame
+      )
   if not is_image(run.observation_spec):
     if video_source == "agent":
       raise RuntimeError(
@@ -417,12 +299,19 @@ def _summary(
   }
 
 
-def build_parser() -> argparse.ArgumentParser:
-  """The command line: episodes, video, Atari protocol and play flags."""
+def build_parser(
+  protocols: Optional[List[evaluation.EvaluationProtocol]] = None,
+) -> argparse.ArgumentParser:
+  """The command line: episodes, video, the flags of the evaluation
+  `protocols` (default: the built-in domains', e.g. Atari's --protocol)
+  and play flags."""
   p = saved_run.tool_parser("python -m seed_rl.evaluate", __doc__)
   p.add_argument("--episodes", type=int, default=10)
   _add_video_flags(p)
-  _add_atari_flags(p)
+  if protocols is None:
+    protocols = evaluation.builtin_protocols()
+  for protocol in protocols:
+    protocol.add_flags(p)
   _add_play_flags(p)
   return p
 
@@ -436,50 +325,14 @@ def _add_video_flags(p: argparse.ArgumentParser) -> None:
     "--video_source",
     choices=VIDEO_SOURCES,
     default="game",
-    help="Atari video: the game's colour screen (default) or the agent's "
-    "84x84 grayscale input",
+    help="the env's rendered frames (Atari: the game's colour screen; the "
+    "default) or the agent's image input (Atari: 84x84 grayscale)",
   )
   p.add_argument(
     "--fps",
     type=float,
     default=None,
     help="video frame rate (default: real time for Atari, 15; else 30)",
-  )
-
-
-def _add_atari_flags(p: argparse.ArgumentParser) -> None:
-  """The Atari evaluation protocol and its overrides (a flag group)."""
-  atari = p.add_argument_group(
-    "Atari evaluation protocol (episodes are full games, all lives)"
-  )
-  atari.add_argument(
-    "--protocol",
-    choices=tuple(PROTOCOLS),
-    default="run",
-    help="run: the run's env settings; noop30: up to 30 no-op frames at "
-    "each start, no sticky actions, 108,000-frame cap; sticky: sticky "
-    "actions p = 0.25, no no-ops, 108,000-frame cap",
-  )
-  atari.add_argument(
-    "--noop_max",
-    type=int,
-    default=None,
-    help="override: up to N no-op frames at each episode start",
-  )
-  atari.add_argument(
-    "--sticky_actions",
-    type=float,
-    default=None,
-    metavar="P",
-    help="override: repeat the previous action with probability P",
-  )
-  atari.add_argument(
-    "--max_episode_frames",
-    type=int,
-    default=None,
-    metavar="F",
-    help="override: cap episodes at F emulator frames (F/4 agent steps "
-    "after the no-op start), reported as truncation",
   )
 
 
@@ -508,35 +361,42 @@ def _add_play_flags(p: argparse.ArgumentParser) -> None:
   )
 
 
+def _run_env(argv: Optional[Sequence[str]]) -> Optional[str]:
+  """The env of the run that --logdir (its run.json) or --env names, read
+  before the full command line (None if neither says)."""
+  pre = argparse.ArgumentParser(add_help=False)
+  pre.add_argument("--logdir")
+  pre.add_argument("--env")
+  known, _ = pre.parse_known_args(argv)
+  if known.env or not known.logdir:
+    return known.env
+  try:
+    return saved_run.read_run_spec(known.logdir).get("env")
+  except (OSError, ValueError):  # the run's load says what is wrong
+    return None
+
+
 def main(argv=None) -> int:
-  parser = build_parser()
+  env = _run_env(argv)
+  protocols = evaluation.builtin_protocols()
+  try:  # a plugin domain's protocol adds its flags
+    own = evaluation.domain_protocol(env) if env else evaluation.PLAIN
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if own is not evaluation.PLAIN and own not in protocols:
+    protocols.append(own)
+  parser = build_parser(protocols)
   args = parser.parse_args(argv)
   try:  # out-of-range settings fail before the run loads
-    atari_settings(
-      args.protocol, args.noop_max, args.sticky_actions, args.max_episode_frames
-    )
+    evaluation.check_flags(parser, args, protocols, env)
   except ValueError as e:
     parser.error(str(e))
   tf = tf_startup.import_tensorflow()
 
   tf.random.set_seed(args.seed)
   return saved_run.run_tool(
-    args,
-    lambda run: evaluate(
-      run,
-      args.episodes,
-      greedy=args.greedy,
-      seed=args.seed,
-      num_envs=args.num_envs,
-      video=args.video,
-      fps=args.fps,
-      protocol=args.protocol,
-      noop_max=args.noop_max,
-      sticky_actions=args.sticky_actions,
-      max_episode_frames=args.max_episode_frames,
-      video_source=args.video_source,
-    ),
-    errors=(ValueError, RuntimeError),
+    args, lambda run: evaluate(run, args), errors=(ValueError, RuntimeError)
   )
 
 

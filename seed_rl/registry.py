@@ -153,16 +153,29 @@ def env_module(env: str):
   return importlib.import_module(f"{_package(env, ENVS) or env}.env")
 
 
+def _domain_module(env: str, module: str) -> Optional[str]:
+  """`<domain package>.<module>` if the domain has it (found without
+  running it), else None."""
+  name = f"{_package(env, ENVS) or env}.{module}"
+  try:
+    return name if importlib.util.find_spec(name) is not None else None
+  except (ImportError, ValueError):
+    return None
+
+
 def networks_module(env: str) -> Optional[str]:
   """The name of the domain's `networks` module if it has one (found
   without running it): the learner imports it before parsing gin, so a
   plugin domain's own torsos are gin-configurable there; actors never
   import it (it may import TensorFlow)."""
-  name = f"{_package(env, ENVS) or env}.networks"
-  try:
-    return name if importlib.util.find_spec(name) is not None else None
-  except (ImportError, ValueError):
-    return None
+  return _domain_module(env, "networks")
+
+
+def evaluation_module(env: str) -> Optional[str]:
+  """The name of the domain's `evaluation` module if it has one (found
+  without running it): its evaluation protocol for `seed_rl.evaluate`
+  (see seed_rl.common.evaluation)."""
+  return _domain_module(env, "evaluation")
 
 
 def learner_gin_modules(env: str) -> List[str]:

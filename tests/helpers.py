@@ -11,6 +11,8 @@ pytest puts tests/ on sys.path, so test files import these by basename
   `pendulum_critics_agree` compares two such agents' critics.
 - `fill`: adds seeded unrolls to an agent.
 - `gin_file_parsed`: a built-in gin file parsed as the learner parses it.
+- `saved_logdir`: a logdir as the learner leaves it, with an untrained
+  agent's checkpoint, for the tools that read runs (seed_rl.evaluate).
 - `checkpoint_round_trip`: an agent's `checkpoint_objects()` saved and
   restored into a fresh agent, with what every agent's restore must bring
   back checked; agent-specific checks (outputs of the restored networks)
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import gin
@@ -207,6 +210,43 @@ def gin_file_parsed(env: str, agent: str) -> Iterator[None]:
     yield
   finally:
     gin.clear_config()
+
+
+def saved_logdir(
+  logdir: str, env: str, agent: str, num_envs: int = 4, env_steps: int = 0
+) -> str:
+  """Writes into `logdir` what the learner leaves there: the checkpoint of
+  an untrained `agent` built from the pair's gin file (with `env_steps`),
+  operative_config.gin and run.json. Returns `logdir`."""
+  from seed_rl.common import learner as learner_lib
+  from seed_rl.common import saved_run
+  from seed_rl.common.checkpoints import Checkpointer
+  from seed_rl.common.env_state import stacked_observation_spec
+
+  gin.clear_config()
+  with gin.unlock_config():
+    env_module = registry.env_module(env)
+    agent_module = registry.agent_module(agent)
+    for name in registry.learner_gin_modules(env):
+      importlib.import_module(name)
+  try:
+    gin_utils.parse([registry.gin_file(env, agent)], [])
+    config = learner_lib.LearnerConfig()
+    with env_module.create_environment(num_envs=1, seed=0) as probe:
+      obs_spec, action_spec = probe.observation_spec, probe.action_spec
+    the_agent = agent_module.create_agent(
+      stacked_observation_spec(obs_spec, config.frame_stack),
+      action_spec,
+      num_envs,
+    )
+    Checkpointer(
+      os.path.join(logdir, "checkpoints"), the_agent.checkpoint_objects()
+    ).save(env_steps=env_steps)
+    gin_utils.write_operative_config(logdir)
+    saved_run.write_run_spec(logdir, env, agent, num_envs, 0, 0, [], [])
+  finally:
+    gin.clear_config()
+  return logdir
 
 
 def _checkpointed_values(obj) -> List[np.ndarray]:

@@ -1,4 +1,5 @@
-"""Atari evaluation as in the papers (seed_rl.evaluate, seed_rl.atari).
+"""Atari evaluation as in the papers (seed_rl.evaluate, seed_rl.atari:
+its evaluation protocol, seed_rl/atari/evaluation.py).
 
 - seed_rl.atari.scores: the 57 games' random and human scores under the
   names the env takes, and the human-normalised score against values
@@ -10,6 +11,8 @@
   steps);
 - the colour video's twin env plays env 0's game (same frames under sticky
   actions and no-op starts) and a twin that drifts is caught;
+- the protocol's flags are checked before a run loads, with the allowed
+  values named, and refused for runs of other domains;
 - `python -m seed_rl.evaluate` on a fabricated Pong checkpoint prints the
   game, the protocol played and the human-normalised score of its mean
   return, and records the game in colour (or the agent's input).
@@ -22,12 +25,16 @@ import subprocess
 import sys
 import types
 
+from helpers import saved_logdir
 import numpy as np
 import pytest
 
 from seed_rl import evaluate
 from seed_rl.atari import env as atari_env
+from seed_rl.atari import evaluation as atari_evaluation
 from seed_rl.atari import scores
+from seed_rl.common import evaluation
+from seed_rl.common import saved_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -202,25 +209,25 @@ def test_colour_twin_plays_env_0s_game_and_drift_is_caught():
 
 def test_protocol_settings():
   cap = 108_000
-  assert evaluate.atari_settings("run") == {}
-  assert evaluate.atari_settings("noop30") == {
+  assert atari_evaluation.atari_settings("run") == {}
+  assert atari_evaluation.atari_settings("noop30") == {
     "noop_max": 30,
     "repeat_action_probability": 0.0,
     "max_num_frames_per_episode": cap,
   }
-  assert evaluate.atari_settings("sticky") == {
+  assert atari_evaluation.atari_settings("sticky") == {
     "noop_max": 0,
     "repeat_action_probability": 0.25,
     "max_num_frames_per_episode": cap,
   }
-  assert evaluate.atari_settings(
+  assert atari_evaluation.atari_settings(
     "sticky", noop_max=5, sticky_actions=0.5, max_episode_frames=400
   ) == {
     "noop_max": 5,
     "repeat_action_probability": 0.5,
     "max_num_frames_per_episode": 400,
   }
-  assert evaluate.atari_settings("run", sticky_actions=0.25) == {
+  assert atari_evaluation.atari_settings("run", sticky_actions=0.25) == {
     "repeat_action_probability": 0.25
   }
   for bad, match in (
@@ -230,29 +237,57 @@ def test_protocol_settings():
     (dict(max_episode_frames=0), "--max_episode_frames must be >= 1"),
   ):
     with pytest.raises(ValueError, match=match):
-      evaluate.atari_settings(**bad)
+      atari_evaluation.atari_settings(**bad)
+
+
+# The JSON line's "protocol" of --protocol sticky --max_episode_frames 400.
+STICKY_400 = {
+  "name": "sticky",
+  "noop_max": 0,
+  "sticky_actions": 0.25,
+  "max_episode_frames": 400,
+  "frameskip": 4,
+  "use_fire_reset": False,
+  "full_games": True,
+}
+
+
+def _args(*flags):
+  """The tool's flags (a logdir is required; these tests load none)."""
+  return evaluate.build_parser().parse_args(["--logdir", "unused", *flags])
+
+
+def test_atari_is_found_as_the_domains_protocol():
+  protocol = atari_evaluation.EVALUATION_PROTOCOL
+  assert evaluation.domain_protocol("atari") is protocol
+  assert evaluation.builtin_protocols() == [protocol]
+  # The tool's Atari flags, with their defaults as before.
+  args = _args()
+  assert [getattr(args, f) for f in protocol.flags] == ["run", None, None, None]
+  assert protocol.env_overrides(args) == {}
 
 
 def test_the_env_evaluate_builds_plays_the_protocol():
+  protocol = atari_evaluation.EVALUATION_PROTOCOL
   run = types.SimpleNamespace(env="atari", env_module=atari_env)
-  settings = evaluate.atari_settings("sticky", max_episode_frames=400)
-  env = evaluate._create_env(run, 2, 0, settings, False, "game")
+  args = _args("--protocol", "sticky", "--max_episode_frames", "400")
+  env = evaluate._create_env(run, 2, 0, protocol.env_overrides(args), False)
   try:
-    assert evaluate.protocol_report("sticky", env) == {
-      "name": "sticky",
-      "noop_max": 0,
-      "sticky_actions": 0.25,
-      "max_episode_frames": 400,
-      "frameskip": 4,
-      "use_fire_reset": False,
-      "full_games": True,
+    assert protocol.extra_fields(args, env, 14.6) == {
+      "game": "pong",
+      "protocol": STICKY_400,
+      "human_normalized_score": pytest.approx(1.0),
     }
+    assert protocol.video_fps(env) == 15.0  # 60 Hz over frameskip 4
     env.reset()
     assert env.render() is None  # no video, no twin
   finally:
     env.close()
   for source, colour in (("game", True), ("agent", False)):
-    env = evaluate._create_env(run, 1, 0, {}, True, source)
+    args = _args("--video", "x.mp4", "--video_source", source)
+    env = evaluate._create_env(
+      run, 1, 0, protocol.env_overrides(args), source == "game"
+    )
     try:
       env.reset()
       assert (env.render() is not None) == colour, source
@@ -260,14 +295,42 @@ def test_the_env_evaluate_builds_plays_the_protocol():
       env.close()
 
 
-def test_protocol_flags_refused_for_other_envs():
-  from seed_rl.classic import env as classic_env
+def _main(capsys, logdir, *flags):
+  """`python -m seed_rl.evaluate --logdir logdir *flags` in this process:
+  (exit status, stderr)."""
+  with pytest.raises(SystemExit) as e:
+    evaluate.main(["--logdir", logdir, *flags])
+  return e.value.code, capsys.readouterr().err
 
-  run = types.SimpleNamespace(env="classic", env_module=classic_env)
-  with pytest.raises(ValueError, match="apply to Atari runs; this run's env"):
-    evaluate._create_env(
-      run, 1, 0, evaluate.atari_settings("noop30"), False, "game"
-    )
+
+def test_protocol_values_are_checked_before_the_run_loads(tmp_path, capsys):
+  """A logdir with run.json and no checkpoint: the flags fail first, with
+  what is allowed."""
+  logdir = str(tmp_path)
+  saved_run.write_run_spec(logdir, "atari", "vtrace", 4, 0, 0, [], [])
+  for flags, allowed in (
+    (["--protocol", "nature"], ["invalid choice", "run", "noop30", "sticky"]),
+    (["--noop_max", "-1"], ["--noop_max must be >= 0, got -1"]),
+    (["--sticky_actions", "1.5"], ["--sticky_actions must be in [0, 1]"]),
+  ):
+    code, err = _main(capsys, logdir, *flags)
+    assert code == 2 and all(word in err for word in allowed), err
+    assert "checkpoint" not in err
+  args = _args()
+  args.protocol = "nature"  # as a caller of evaluate() might set it
+  with pytest.raises(ValueError, match="choose one of run, noop30, sticky"):
+    atari_evaluation.EVALUATION_PROTOCOL.check(args)
+
+
+def test_protocol_flags_refused_for_other_envs(tmp_path, capsys):
+  logdir = str(tmp_path)
+  saved_run.write_run_spec(logdir, "classic", "vtrace", 4, 0, 0, [], [])
+  code, err = _main(capsys, logdir, "--protocol", "noop30")
+  assert code == 2
+  assert (
+    "--protocol, --noop_max, --sticky_actions and --max_episode_frames "
+    "apply to Atari runs; this run's env is classic"
+  ) in err
 
 
 @pytest.fixture(scope="module")
@@ -275,38 +338,8 @@ def pong_logdir(tmp_path_factory):
   """A logdir as the learner leaves it: an untrained V-trace Pong agent's
   checkpoint, operative_config.gin and run.json."""
   pytest.importorskip("tensorflow")
-  import gin
-  import importlib
-
-  from seed_rl import gin_utils
-  from seed_rl import registry
-  from seed_rl.common import learner as learner_lib
-  from seed_rl.common import saved_run
-  from seed_rl.common.checkpoints import Checkpointer
-  from seed_rl.common.env_state import stacked_observation_spec
-
   logdir = str(tmp_path_factory.mktemp("pong_run"))
-  gin.clear_config()
-  with gin.unlock_config():
-    env_module = registry.env_module("atari")
-    agent_module = registry.agent_module("vtrace")
-    for name in registry.LEARNER_GIN_MODULES:
-      importlib.import_module(name)
-  gin_utils.parse([registry.gin_file("atari", "vtrace")], [])
-  config = learner_lib.LearnerConfig()
-  probe = env_module.create_environment(num_envs=1, seed=0)
-  obs_spec, action_spec = probe.observation_spec, probe.action_spec
-  probe.close()
-  agent = agent_module.create_agent(
-    stacked_observation_spec(obs_spec, config.frame_stack), action_spec, 4
-  )
-  Checkpointer(
-    os.path.join(logdir, "checkpoints"), agent.checkpoint_objects()
-  ).save(env_steps=4321)
-  gin_utils.write_operative_config(logdir)
-  saved_run.write_run_spec(logdir, "atari", "vtrace", 4, 0, 0, [], [])
-  gin.clear_config()
-  return logdir
+  return saved_logdir(logdir, "atari", "vtrace", env_steps=4321)
 
 
 def test_evaluate_prints_the_human_normalized_score(pong_logdir):
@@ -341,15 +374,7 @@ def test_evaluate_prints_the_human_normalized_score(pong_logdir):
   assert result["env"] == "atari" and result["game"] == "pong"
   assert result["episodes"] == 3
   assert result["env_steps"] == 4321
-  assert result["protocol"] == {
-    "name": "sticky",
-    "noop_max": 0,
-    "sticky_actions": 0.25,
-    "max_episode_frames": 400,
-    "frameskip": 4,
-    "use_fire_reset": False,
-    "full_games": True,
-  }
+  assert result["protocol"] == STICKY_400
   # Cut at the cap: 400 frames = 100 agent steps (no no-op start).
   assert result["episode_lengths"] == [100, 100, 100]
   mean = np.mean(result["returns"])
@@ -366,20 +391,26 @@ def test_video_records_the_scored_game_in_colour(pong_logdir, tmp_path):
   pytest.importorskip(
     "imageio_ffmpeg", reason="the video extra: pip install -e '.[video]'"
   )
-  from seed_rl.common import saved_run
-
   run = saved_run.load_run(pong_logdir)
   frames = {}
   for source in ("game", "agent"):
     path = str(tmp_path / f"{source}.mp4")
     result = evaluate.evaluate(
       run,
-      2,
-      seed=5,
-      video=path,
-      protocol="noop30",
-      max_episode_frames=200,
-      video_source=source,
+      _args(
+        "--episodes",
+        "2",
+        "--seed",
+        "5",
+        "--video",
+        path,
+        "--protocol",
+        "noop30",
+        "--max_episode_frames",
+        "200",
+        "--video_source",
+        source,
+      ),
     )
     assert result["video_source"] == source
     assert result["protocol"]["noop_max"] == 30

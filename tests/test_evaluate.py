@@ -5,6 +5,12 @@ run.json, operative_config.gin and a checkpoint in the logdir. evaluate
 then plays 3 greedy episodes in one process and must print one JSON line
 whose statistics agree with its per-episode lists, and write an mp4 of the
 first episode: one 600x400 CartPole frame per step of that episode.
+classic has no evaluation protocol, so the run's own settings play and
+the JSON line has the plain fields only.
+
+A plugin domain brings its own protocol (tests/toy_domain/evaluation.py):
+its flag exists for its runs, is checked before the run loads, reaches
+the envs that play and adds its field to the JSON line.
 """
 
 import json
@@ -12,13 +18,38 @@ import os
 import subprocess
 import sys
 
+from helpers import saved_logdir
 import numpy as np
 import pytest
+
+from seed_rl import evaluate
+from seed_rl.common import evaluation
+from seed_rl.common import saved_run
 
 imageio = pytest.importorskip("imageio.v2")
 pytest.importorskip("imageio_ffmpeg")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+PLAIN_FIELDS = (
+  "env",
+  "agent",
+  "episodes",
+  "mode",
+  "mean_return",
+  "std_return",
+  "min_return",
+  "max_return",
+  "mean_length",
+  "returns",
+  "episode_lengths",
+  "learner_step",
+  "env_steps",
+  "checkpoint",
+  "seed",
+  "seconds",
+)
 
 
 def _run(args, timeout):
@@ -81,6 +112,13 @@ def test_evaluate_prints_json_and_writes_video(tmp_path):
   lines = [s for s in proc.stdout.splitlines() if s.startswith("{")]
   assert len(lines) == 1, proc.stdout
   result = json.loads(lines[0])
+  # No protocol: the plain fields (no "game", "protocol", ...).
+  assert evaluation.domain_protocol("classic") is evaluation.PLAIN
+  assert set(result) == set(PLAIN_FIELDS) | {
+    "video",
+    "video_source",
+    "video_frames",
+  }
   returns = np.asarray(result["returns"])
   assert result["episodes"] == len(returns) == 3
   assert result["mode"] == "greedy"
@@ -108,9 +146,55 @@ def test_evaluate_prints_json_and_writes_video(tmp_path):
   assert frames[0].std() > 0  # a picture, not a blank frame
 
 
-def test_missing_video_extra_is_named(tmp_path, monkeypatch):
-  from seed_rl import evaluate
+@pytest.fixture(scope="module")
+def toy_logdir(tmp_path_factory):
+  """An untrained V-trace agent's run of the plugin domain."""
+  pytest.importorskip("tensorflow")
+  logdir = str(tmp_path_factory.mktemp("toy_run"))
+  return saved_logdir(logdir, "tests.toy_domain", "vtrace", num_envs=2)
 
+
+def _main(capsys, *argv):
+  """`python -m seed_rl.evaluate *argv` in this process: (exit status,
+  stdout, stderr)."""
+  try:
+    code = evaluate.main(list(argv))
+  except SystemExit as e:  # the parser refused the command line
+    code = e.code
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+def test_a_plugin_domain_brings_its_protocol(toy_logdir, capsys, tmp_path):
+  code, out, err = _main(
+    capsys, "--logdir", toy_logdir, "--episodes", "3", "--time_limit", "3"
+  )
+  assert code == 0, err
+  result = json.loads(out.strip().splitlines()[-1])
+  assert set(result) == set(PLAIN_FIELDS) | {"time_limit"}
+  assert result["time_limit"] == 3
+  # The goal is 4 steps away: every episode is cut at the protocol's limit.
+  assert result["episode_lengths"] == [3, 3, 3]
+  assert result["returns"] == pytest.approx([-0.03] * 3)
+  # Without the flag, the run's own settings (4L = 20 steps at most).
+  code, out, err = _main(capsys, "--logdir", toy_logdir, "--episodes", "2")
+  assert code == 0, err
+  result = json.loads(out.strip().splitlines()[-1])
+  assert result["time_limit"] == 20
+  assert max(result["episode_lengths"]) <= 20
+  # Checked before the run loads; Atari's flags are not for this run.
+  code, _, err = _main(capsys, "--logdir", toy_logdir, "--time_limit", "0")
+  assert code == 2 and "--time_limit must be >= 1, got 0" in err
+  code, _, err = _main(capsys, "--logdir", toy_logdir, "--noop_max", "5")
+  assert code == 2
+  assert "apply to Atari runs; this run's env is tests.toy_domain" in err
+  # Other domains' runs do not have its flag.
+  saved_run.write_run_spec(str(tmp_path), "classic", "vtrace", 4, 0, 0, [], [])
+  code, _, err = _main(capsys, "--logdir", str(tmp_path), "--time_limit", "3")
+  assert code == 2 and "unrecognized arguments: --time_limit 3" in err
+
+
+def test_missing_video_extra_is_named(tmp_path, monkeypatch):
   monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)
   with pytest.raises(RuntimeError, match=r"pip install -e '\.\[video\]'"):
     evaluate._video_writer(str(tmp_path / "x.mp4"), 30.0)
@@ -119,7 +203,6 @@ def test_missing_video_extra_is_named(tmp_path, monkeypatch):
 def test_image_observations_are_recognised_by_their_spec():
   """Specs hold dtypes by name ('uint8'): a frame observation can be shown
   in a video when the environment cannot render."""
-  from seed_rl import evaluate
   from seed_rl.common.specs import ArraySpec
 
   assert evaluate.is_image(ArraySpec((84, 84), "uint8"))

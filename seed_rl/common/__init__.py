@@ -12,8 +12,9 @@ The dependency rule: nothing here imports the transport (seed_rl.grpc),
 an agent or a domain; the entry points wire them together
 (seed_rl/learner_main.py). The modules in `TF_FREE` load no TensorFlow
 (specs, batching, per-env state, unroll assembly, replay, the learner
-loop, profiling), so tools and actors may use them; the others are
-TensorFlow modules (optimizers, checkpoints, devices).
+loop, profiling, the evaluation protocol interface), so tools and actors
+may use them; the others are TensorFlow modules (optimizers, checkpoints,
+devices).
 tests/test_actor_no_tf.py holds both rules.
 """
 
@@ -24,6 +25,7 @@ TF_FREE = (
   "env_state",
   "episode_stats",
   "errors",
+  "evaluation",
   "frames",
   "learner",
   "learner_config",
