@@ -87,10 +87,6 @@ class LoadedRun:
   env_steps: int
   spec: Dict[str, Any]
 
-  def create_environment(self, num_envs: int, seed: int):
-    """The run's environment factory with the run's gin values."""
-    return self.env_module.create_environment(num_envs=num_envs, seed=seed)
-
 
 def load_run(
   logdir: str, env: Optional[str] = None, agent: Optional[str] = None
