@@ -57,11 +57,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from compare_reference import interp_within, read_run  # noqa: E402
+from compare_reference import compare, read_run  # noqa: E402
 from plot_curves import reference_to  # noqa: E402
-from references import CLEANRL_PPO_ATARI, atari5_median  # noqa: E402
-
-from seed_rl.atari.scores import human_normalized  # noqa: E402
+from references import Reference, atari5_median, named  # noqa: E402
 
 SUITES: Dict[str, List[str]] = {
   # Aitchison, Sweetser and Hutter, ICML 2023 (arXiv 2210.02019): never
@@ -119,27 +117,29 @@ def _round(x: Optional[float], digits: int = 3) -> Optional[float]:
   return None if x is None else round(float(x), digits)
 
 
+def cleanrl_curve(game: str) -> Reference:
+  """CleanRL's PPO curve on `game` (references.py)."""
+  curve = named(f"cleanrl:{game}")
+  assert curve is not None
+  return curve
+
+
 def run_row(path: str, game: str, minutes: float) -> dict:
-  """One run after `minutes` of its own clock, against CleanRL there."""
-  r = read_run(path)
-  i = max(int(np.searchsorted(r["minutes"], minutes, side="right")) - 1, 0)
-  steps, value = float(r["steps"][i]), float(r["value"][i])
-  ref = sorted(CLEANRL_PPO_ATARI[game].items())
-  cleanrl = interp_within(
-    steps, np.array([x for x, _ in ref]), np.array([y for _, y in ref])
-  )
-  hns = human_normalized(game, value)
-  hns_ref = None if cleanrl is None else human_normalized(game, cleanrl)
+  """One run after `minutes` of its own clock, against CleanRL there
+  (compare_reference's 'after N minutes' row, keys named for CleanRL)."""
+  at = compare({path: read_run(path)}, cleanrl_curve(game), [], minutes, game)
+  r = at["at_minutes"]["runs"][0]
+  hns, hns_ref = r["hns"], r["hns_reference"]
   row: Dict[str, Any] = {
     "run": path,
-    "minutes": _round(r["minutes"][i], 1),
-    "reached": bool(r["minutes"][-1] >= minutes),
-    "agent_steps": int(steps),
-    "return_last100": _round(value, 2),
-    "cleanrl": _round(cleanrl, 2),
-    "ratio": _round(value / cleanrl) if cleanrl and cleanrl > 0 else None,
-    "hns": _round(hns, 4),
-    "hns_cleanrl": _round(hns_ref, 4),
+    "minutes": r["minutes"],
+    "reached": r["reached"],
+    "agent_steps": r["agent_steps"],
+    "return_last100": r["return_last100"],
+    "cleanrl": r["reference"],
+    "ratio": r["ratio"],
+    "hns": hns,
+    "hns_cleanrl": hns_ref,
     "hns_ratio": _round(hns / hns_ref) if hns_ref and hns_ref > 0 else None,
   }
   eval_path = os.path.join(path, EVAL_FILE)
@@ -245,10 +245,8 @@ def plot(root: str, configs: List[str], suite: str, out: str) -> None:
         color=line[0].get_color(),
         alpha=0.2,
       )
-    ref = sorted(CLEANRL_PPO_ATARI[game].items())
-    xs, ys = reference_to(
-      last or 10e6, np.array([x for x, _ in ref]), np.array([y for _, y in ref])
-    )
+    curve = cleanrl_curve(game)
+    xs, ys = reference_to(last or 10e6, curve.xs, curve.ys)
     ax.plot(xs, ys, "o--", lw=1, ms=4, color="gray", label="CleanRL PPO")
     ax.set_title(game)
     ax.set_xlabel("agent steps")

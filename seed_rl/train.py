@@ -220,10 +220,9 @@ def _prepare(args: argparse.Namespace, extra: List[str]) -> List[str]:
   )
   gin_args = ["--gin_config", registry.gin_file(args.env, args.agent)]
   gin_args += _forwarded(extra, ("--gin_config", "--gin_bindings"))
-  configs, bindings = _gin_sources(gin_args)
+  configs, bindings = _gin_sources(gin_args[2:])  # the user's, as the learner's
   configs = (
-    profiles.config_files(args.machine_profile, args.env, args.agent)
-    + configs[1:]
+    profiles.config_files(args.machine_profile, args.env, args.agent) + configs
   )
   from seed_rl import gin_utils
 
