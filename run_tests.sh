@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the test suite (sets up ./.venv on first use). Extra args go to pytest,
-# e.g. ./run_tests.sh tests/test_vtrace.py -x, or ./run_tests.sh -m faults_slow.
+# e.g. ./run_tests.sh tests/agents/vtrace/test_vtrace.py -x, or ./run_tests.sh -m faults_slow.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 source scripts/setup_env.sh

@@ -2,7 +2,7 @@
 
     python benchmarks/fuzz_protocol.py [--examples 10000]
 
-Runs tests/test_fuzz_protocol.py (a real server, real channels; random and
+Runs tests/faults/test_fuzz_protocol.py (a real server, real channels; random and
 mutated Step messages must be served or refused with INVALID_ARGUMENT naming
 a field, and a well-behaved actor must be served throughout) with
 SEED_RL_FUZZ_EXAMPLES set, and prints one JSON line.
@@ -34,7 +34,7 @@ def main() -> int:
       "-q",
       "-p",
       "no:cacheprovider",
-      "tests/test_fuzz_protocol.py",
+      "tests/faults/test_fuzz_protocol.py",
       "-o",
       "addopts=",
       "--timeout",

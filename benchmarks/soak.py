@@ -7,7 +7,7 @@ processes on localhost. Every --kill_every_s seconds one actor, picked at
 random, is SIGKILLed and started again at once (the learner must release its
 stream, drop its partial unrolls and serve the new process). Meanwhile a
 fuzzing client, on the env ids of one more actor slot, sends randomly
-mutated Step messages (the mutations of tests/test_fuzz_protocol.py: dtype,
+mutated Step messages (the mutations of tests/faults/test_fuzz_protocol.py: dtype,
 shape, payload bytes, truncation, extension, cleared fields, raw wire
 damage), each on a fresh Hello and stream, and checks that each is served
 or refused with INVALID_ARGUMENT. The learner process's RSS, thread count

@@ -5,7 +5,7 @@
 # Python: $PYTHON if set, else the newest of python3.13 ... python3.10,
 # python3 on PATH that TensorFlow 2.21 supports (3.10 to 3.13). An existing
 # venv keeps its Python. SEED_RL_PICK_PYTHON_ONLY=1 prints the choice and
-# exits (tests/test_setup_env.py).
+# exits (tests/project/test_setup_env.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SEED_RL_VENV:-$ROOT/.venv}"

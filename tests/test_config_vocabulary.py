@@ -3,6 +3,7 @@ their new name (learner and launcher), and the shared fields keep one order."""
 
 from __future__ import annotations
 
+from tests.support import ROOT
 import dataclasses
 import glob
 import importlib
@@ -47,7 +48,6 @@ _KNOWN = {
   "A2CConfig",
   "ACERConfig",
 }
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_every_agent_config_is_discovered():
@@ -121,7 +121,9 @@ def test_launcher_refuses_renamed_binding_before_starting(capsys):
 
 def test_shipped_gin_files_use_the_current_names():
   files = glob.glob(os.path.join(ROOT, "seed_rl", "*", "gin", "*.gin"))
-  files += glob.glob(os.path.join(ROOT, "tests", "toy_*", "gin", "*.gin"))
+  files += glob.glob(
+    os.path.join(ROOT, "tests", "plugins", "toy_*", "gin", "*.gin")
+  )
   assert files
   gin_utils.check_renamed(files, [])
 

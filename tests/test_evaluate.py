@@ -8,17 +8,18 @@ first episode: one 600x400 CartPole frame per step of that episode.
 classic has no evaluation protocol, so the run's own settings play and
 the JSON line has the plain fields only.
 
-A plugin domain brings its own protocol (tests/toy_domain/evaluation.py):
+A plugin domain brings its own protocol (tests/plugins/toy_domain/evaluation.py):
 its flag exists for its runs, is checked before the run loads, reaches
 the envs that play and adds its field to the JSON line.
 """
 
+from tests.support import ROOT
 import json
 import os
 import subprocess
 import sys
 
-from helpers import saved_logdir
+from tests.support.helpers import saved_logdir
 import numpy as np
 import pytest
 
@@ -28,8 +29,6 @@ from seed_rl.common import saved_run
 
 imageio = pytest.importorskip("imageio.v2")
 pytest.importorskip("imageio_ffmpeg")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 PLAIN_FIELDS = (
@@ -151,7 +150,7 @@ def toy_logdir(tmp_path_factory):
   """An untrained V-trace agent's run of the plugin domain."""
   pytest.importorskip("tensorflow")
   logdir = str(tmp_path_factory.mktemp("toy_run"))
-  return saved_logdir(logdir, "tests.toy_domain", "vtrace", num_envs=2)
+  return saved_logdir(logdir, "tests.plugins.toy_domain", "vtrace", num_envs=2)
 
 
 def _main(capsys, *argv):
@@ -187,7 +186,9 @@ def test_a_plugin_domain_brings_its_protocol(toy_logdir, capsys, tmp_path):
   assert code == 2 and "--time_limit must be >= 1, got 0" in err
   code, _, err = _main(capsys, "--logdir", toy_logdir, "--noop_max", "5")
   assert code == 2
-  assert "apply to Atari runs; this run's env is tests.toy_domain" in err
+  assert (
+    "apply to Atari runs; this run's env is tests.plugins.toy_domain" in err
+  )
   # Other domains' runs do not have its flag.
   saved_run.write_run_spec(str(tmp_path), "classic", "vtrace", 4, 0, 0, [], [])
   code, _, err = _main(capsys, "--logdir", str(tmp_path), "--time_limit", "3")

@@ -13,5 +13,5 @@ first and never in seed_rl/common/.
 Each agent package exports `<X>Agent`, `<X>Config` and `create_agent` from
 its __init__; no agent imports a sibling agent or a domain (seed_rl.atari,
 seed_rl.classic, ...): torsos come from seed_rl.networks.
-tests/test_agent_imports.py holds these rules.
+tests/agents/test_imports.py holds these rules.
 """

@@ -15,7 +15,7 @@ an agent or a domain; the entry points wire them together
 loop, profiling, the evaluation protocol interface), so tools and actors
 may use them; the others are TensorFlow modules (optimizers, checkpoints,
 devices).
-tests/test_actor_no_tf.py holds both rules.
+tests/actors/test_no_tensorflow.py holds both rules.
 """
 
 TF_FREE = (

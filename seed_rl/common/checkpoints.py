@@ -12,7 +12,7 @@ Durable and never half-read:
     returns None; training goes on and the next interval tries again.
   - Temporary files left by a save that was killed are removed on start.
 
-Fault injection (tests/test_faults.py): $SEED_RL_FAULT_CHECKPOINT_DELAY_S
+Fault injection (tests/faults/test_faults.py): $SEED_RL_FAULT_CHECKPOINT_DELAY_S
 makes every save pause that long after writing its files and before the
 index points at them, so a test can kill the learner during a save.
 """

@@ -21,7 +21,7 @@ The tool then
 A domain without one is evaluated as the run trained (its own settings, no
 extra flags or fields): the defaults of `EvaluationProtocol`, `PLAIN`.
 seed_rl/atari/evaluation.py is the built-in example (`--protocol
-noop30|sticky`, human-normalised scores), tests/toy_domain/evaluation.py a
+noop30|sticky`, human-normalised scores), tests/plugins/toy_domain/evaluation.py a
 plugin's. TensorFlow-free: the tool reads its command line before it
 loads TensorFlow.
 """

@@ -2,7 +2,7 @@
 
 `nstep_transitions` is the n-step return maths (termination vs truncation,
 the bootstrap index and discount), tested against a loop reference in
-tests/test_dqn.py; `unroll_transitions` cuts unrolls into the per-transition
+tests/agents/dqn/test_dqn.py; `unroll_transitions` cuts unrolls into the per-transition
 arrays that replay stores, and `TransitionReplay` holds them behind the rate
 limiter, so every transition-replay agent (DQN, SAC, TD3/DDPG) stores the
 same fields the same way. NumPy only.

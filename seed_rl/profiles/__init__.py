@@ -39,7 +39,7 @@ AUTO = "auto"
 # At most this many cores: learner and actors share the machine.
 SMALL_MACHINE_CORES = 4
 # The settings a profile may hold, and no algorithm gin file may: they fit
-# a machine, not an algorithm (tests/test_profiles.py enforces it).
+# a machine, not an algorithm (tests/profiles/test_profiles.py enforces it).
 MACHINE_SETTINGS = (
   "LearnerConfig.inference_batch_size",
   "LearnerConfig.max_inference_batch_size",
