@@ -11,7 +11,8 @@
 alone for --minutes; a logdir that already has a result.json is kept), then
 scores each final checkpoint with `seed_rl.evaluate --protocol noop30`,
 greedy and sampled, into `<logdir>/eval_noop30.json`. Logdirs are
-`ROOT/<config>/<game>-s<seed>`; every seed found there is one run. `report`
+`ROOT/<config>/<game>-s<seed>` (`--binding B --label L`: a configuration
+with bindings on top, in `ROOT/<L>/`); every seed found there is one run. `report`
 (also printed after `run`) prints one JSON line per game, then a summary:
 
 - `agent_steps`, `return_last100`: each run after --minutes of its own clock
@@ -87,14 +88,14 @@ def logdir(root: str, config: str, game: str, seed: int) -> str:
 
 def run_game(args, game: str) -> None:
   """Trains `game` for --minutes (unless done), then scores it noop30."""
-  out = logdir(args.root, args.config, game, args.seed)
+  out = logdir(args.root, args.label or args.config, game, args.seed)
   if not os.path.exists(os.path.join(out, "result.json")):
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "learn.py")]
     cmd += ["atari", args.agent, "--max_minutes", f"{args.minutes:g}"]
     cmd += ["--seed", str(args.seed), "--logdir", out]
     for path in CONFIGS[args.config]:
       cmd += ["--gin_config", os.path.join(ROOT, path)]
-    cmd += [f"atari.create_environment.game = '{game}'"]
+    cmd += [f"atari.create_environment.game = '{game}'"] + args.binding
     print(f"[suite] {' '.join(cmd)}", file=sys.stderr, flush=True)
     subprocess.run(cmd, check=True, stdout=sys.stderr)
   if not os.path.exists(os.path.join(out, EVAL_FILE)):
@@ -283,13 +284,31 @@ def main(argv=None) -> int:
   p.add_argument(
     "--games", default=None, help="comma-separated subset of the suite (run)"
   )
+  p.add_argument(
+    "--binding",
+    action="append",
+    default=[],
+    help="run: a gin binding on top of --config (repeatable); give --label",
+  )
+  p.add_argument(
+    "--label",
+    default=None,
+    help="the folder under --root instead of the config's name (run, report)",
+  )
   args = p.parse_args(argv)
   configs = args.config.split(",")
-  unknown = sorted(set(configs) - set(CONFIGS))
+  # plot also takes the --label folders of earlier runs.
+  known = set(CONFIGS) | (
+    set(os.listdir(args.root)) if args.command == "plot" else set()
+  )
+  unknown = sorted(set(configs) - known)
   if unknown or (len(configs) > 1 and args.command != "plot"):
     p.error(
-      f"--config {args.config!r}: one of {', '.join(CONFIGS)} (plot: several)"
+      f"--config {args.config!r}: one of {', '.join(CONFIGS)} (plot: several,"
+      " or --label folders under --root)"
     )
+  if args.binding and not args.label:
+    p.error("--binding needs --label: runs with other settings go elsewhere")
   if args.command == "plot":
     if not args.out:
       p.error("plot needs --out FILE.png")
@@ -302,7 +321,8 @@ def main(argv=None) -> int:
       p.error(f"--games {unknown}: not in {args.suite}: {SUITES[args.suite]}")
     for game in games:
       run_game(args, game)
-  for line in report(args.root, args.config, args.suite, args.minutes):
+  label = args.label or args.config
+  for line in report(args.root, label, args.suite, args.minutes):
     print(json.dumps(line))
   return 0
 
