@@ -199,6 +199,27 @@ def _loop(
   )
   tracker = EpisodeTracker(k)
   stats = _Throughput(actor_id, k, log_interval_s, stats_path)
+  try:
+    _step_until_done(
+      env, client, batch, tracker, stats, max_steps, stop_event, watchdog
+    )
+  finally:
+    # The totals as the actor ends, however it ends (SIGTERM included).
+    stats.write_file(time.monotonic())
+  return stats.summary()
+
+
+def _step_until_done(
+  env: BatchedEnv,
+  client,
+  batch: StepBatch,
+  tracker: EpisodeTracker,
+  stats: "_Throughput",
+  max_steps: Optional[int],
+  stop_event: Optional[threading.Event],
+  watchdog: StepWatchdog,
+) -> None:
+  k, env_ids, run_ids = env.num_envs, batch.env_ids, batch.run_ids
   while max_steps is None or stats.steps < max_steps:
     if stop_event is not None and stop_event.is_set():
       break
@@ -225,7 +246,6 @@ def _loop(
       episode_length=episode_length,
       life_lost=_any_or_none(result.life_lost),
     )
-  return stats.summary()
 
 
 def _any_or_none(flags: Optional[np.ndarray]) -> Optional[np.ndarray]:
@@ -295,7 +315,16 @@ class _Throughput:
       self.return_sum / max(self.episodes, 1),
     )
     self.last_log_time, self.last_log_steps = now, self.steps
-    self.stats_file.write(self.steps * k, now - self.start, env_s, learner_s)
+    self.write_file(now)
+
+  def write_file(self, now: float) -> None:
+    self.stats_file.write(
+      self.steps * self.num_envs,
+      now - self.start,
+      self.env_s,
+      self.learner_s,
+      episodes=self.episodes,
+    )
 
   def summary(self) -> ActorSummary:
     episodes = self.episodes

@@ -126,10 +126,12 @@ def steady_state(ticks: List[Dict[str, float]]) -> Dict[str, float]:
 class ActorStatsWriter:
   """An actor's throughput as a JSON file, rewritten atomically each time.
 
-  The file holds totals since the actor started: 'env_steps', 'seconds',
-  'env_s' (stepping envs), 'learner_wait_s' (waiting for actions, gRPC
-  included) and 'cpu_s' (the process's CPU seconds). benchmarks/throughput.py
-  and the fault tests read it.
+  The file holds totals since the actor started: 'env_steps', 'episodes'
+  (finished), 'seconds', 'env_s' (stepping envs), 'learner_wait_s' (waiting
+  for actions, gRPC included) and 'cpu_s' (the process's CPU seconds). The
+  actor writes it a last time as it ends, however it ends.
+  benchmarks/throughput.py, benchmarks/network_faults.py and the fault tests
+  read it.
 
   Args:
     path: the file; None writes nothing.
@@ -139,12 +141,18 @@ class ActorStatsWriter:
     self.path = path
 
   def write(
-    self, env_steps: int, seconds: float, env_s: float, learner_wait_s: float
+    self,
+    env_steps: int,
+    seconds: float,
+    env_s: float,
+    learner_wait_s: float,
+    episodes: Optional[int] = None,
   ) -> None:
     if not self.path:
       return
     stats = {
       "env_steps": env_steps,
+      "episodes": episodes,
       "seconds": round(seconds, 3),
       "env_s": round(env_s, 3),
       "learner_wait_s": round(learner_wait_s, 3),

@@ -88,11 +88,12 @@ def test_null_profiler_records_nothing():
 def test_actor_stats_file_is_replaced_whole(tmp_path):
   path = tmp_path / "actor.json"
   writer = profiling.ActorStatsWriter(str(path))
-  writer.write(160, 2.5, 1.0, 1.25)
-  writer.write(320, 5.0, 2.0, 2.5)
+  writer.write(160, 2.5, 1.0, 1.25, episodes=3)
+  writer.write(320, 5.0, 2.0, 2.5, episodes=7)
   stats = json.loads(path.read_text())
   assert set(stats) == {
     "env_steps",
+    "episodes",
     "seconds",
     "env_s",
     "learner_wait_s",
@@ -103,5 +104,6 @@ def test_actor_stats_file_is_replaced_whole(tmp_path):
     5.0,
     2.5,
   )
+  assert stats["episodes"] == 7
   assert [p.name for p in tmp_path.iterdir()] == ["actor.json"]  # no .tmp
   profiling.ActorStatsWriter(None).write(1, 1.0, 1.0, 1.0)  # writes nothing

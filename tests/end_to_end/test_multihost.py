@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
+import sys
 import time
 
 import pytest
 
-from tests.support import launch
+from tests.support import ROOT, launch
 
-ROOT = launch.ROOT
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import netlab  # noqa: E402
+
 ENV = launch.env_without("SEED_RL_TOKEN")  # the token comes from a file only
 LEARNER_IP, ACTOR_IP = "10.200.0.1", "10.200.0.2"
 PORT = 8686
@@ -25,41 +27,7 @@ NUM_ACTORS, ENVS_PER_ACTOR = 2, 4
 LEARNER_STEPS = 40
 
 
-def _ip(*args, check=True):
-  return subprocess.run(
-    ["ip", *args], capture_output=True, text=True, check=check, timeout=30
-  )
-
-
-def _netns_unavailable():
-  """Why network namespaces cannot be used here, or None (tried for real)."""
-  if shutil.which("ip") is None:
-    return "the `ip` command (iproute2) is not installed"
-  if shutil.which("openssl") is None:
-    return "openssl is needed to make test certificates"
-  if os.geteuid() != 0:
-    return "needs root to create network namespaces (`ip netns add`)"
-  probe = f"seedrl-probe-{os.getpid()}"
-  out = _ip("netns", "add", probe, check=False)
-  if out.returncode != 0:
-    return f"`ip netns add` is not permitted here: {out.stderr.strip()}"
-  try:
-    for what, args in (
-      ("ip netns exec", ["netns", "exec", probe, "true"]),
-      (
-        "a veth pair",
-        ["-n", probe, "link", "add", "p0", "type", "veth", "peer", "p1"],
-      ),
-    ):
-      out = _ip(*args, check=False)
-      if out.returncode != 0:
-        return f"{what} is not permitted here: {out.stderr.strip()}"
-  finally:
-    _ip("netns", "del", probe, check=False)
-  return None
-
-
-_SKIP = _netns_unavailable()
+_SKIP = netlab.netns_unavailable()
 pytestmark = [
   pytest.mark.timeout(300),
   pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
@@ -78,9 +46,9 @@ class Hosts:
     self.actor_if = f"srl{pid}a"
 
   def up(self):
-    _ip("netns", "add", self.learner_ns)
-    _ip("netns", "add", self.actor_ns)
-    _ip(
+    netlab.ip("netns", "add", self.learner_ns)
+    netlab.ip("netns", "add", self.actor_ns)
+    netlab.ip(
       "link",
       "add",
       self.learner_if,
@@ -98,17 +66,17 @@ class Hosts:
       (self.learner_ns, self.learner_if, LEARNER_IP),
       (self.actor_ns, self.actor_if, ACTOR_IP),
     ):
-      _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-      _ip("-n", ns, "link", "set", dev, "up")
-      _ip("-n", ns, "link", "set", "lo", "up")
+      netlab.ip("-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
+      netlab.ip("-n", ns, "link", "set", dev, "up")
+      netlab.ip("-n", ns, "link", "set", "lo", "up")
 
   def down(self):
     # Deleting a namespace also deletes the veth end inside it.
     for ns in (self.learner_ns, self.actor_ns):
-      _ip("netns", "del", ns, check=False)
+      netlab.ip("netns", "del", ns, check=False)
 
   def addresses(self, ns):
-    out = _ip("-n", ns, "-j", "addr", "show")
+    out = netlab.ip("-n", ns, "-j", "addr", "show")
     # Link-local IPv6 addresses (fe80::) come with every link; not routable.
     return {
       a["local"]
@@ -119,7 +87,9 @@ class Hosts:
 
   def tx_bytes(self):
     """Bytes the actors' host sent through its veth end."""
-    out = _ip("-n", self.actor_ns, "-s", "-j", "link", "show", self.actor_if)
+    out = netlab.ip(
+      "-n", self.actor_ns, "-s", "-j", "link", "show", self.actor_if
+    )
     return json.loads(out.stdout)[0]["stats64"]["tx"]["bytes"]
 
   def ns_of(self, pid):

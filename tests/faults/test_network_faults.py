@@ -1,0 +1,64 @@
+"""A run across an emulated network (benchmarks/network_faults.py): the
+learner on one host, two actors on each of two others, a fault on the links
+while it trains. The scenarios that fit in seconds run here; the long ones
+(30 s and 3-minute partitions, the 60-minute soak) are benchmarks. Needs root,
+iproute2, /dev/net/tun and openssl; skipped with the reason otherwise."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from tests.support import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import netlab  # noqa: E402
+import network_faults  # noqa: E402
+
+_SKIP = netlab.unavailable()
+pytestmark = [
+  pytest.mark.timeout(400),
+  pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+]
+ENVS = (
+  len(network_faults.ACTOR_HOSTS)
+  * network_faults.ACTORS_PER_HOST
+  * network_faults.ENVS_PER_ACTOR
+)
+
+
+def _kept_the_run(line):
+  """What every scenario must keep: training, actors, episodes, a clean exit."""
+  assert line["actors_exited"] == 0, line
+  assert line["learner_steps_per_s"]["after"] > 0, line
+  # Nothing lost or counted twice: an actor's last batch, stepped but never
+  # sent, holds at most one episode per env.
+  assert (
+    line["episodes_counted"]
+    <= line["episodes_played"]
+    <= line["episodes_counted"] + ENVS
+  ), line
+  assert line["learner_exit"]["code"] == 0, line
+
+
+def test_a_partitioned_actor_host_resumes_after_it_heals():
+  line = network_faults.run_scenario(
+    "partition30", before=8.0, after=25.0, fault_s=8.0
+  )
+  _kept_the_run(line)
+  # The other host went on training while actors1 was cut off.
+  assert line["env_steps_per_s"]["during"]["actors0"] > 0, line
+  assert line["env_steps_per_s"]["during"]["actors1"] == 0, line
+  assert line["resume_s"]["actors1"] != "never", line
+  assert line["resume_s"]["actors1"] < 20, line
+
+
+def test_latency_and_loss_slow_the_actors_but_lose_nothing():
+  line = network_faults.run_scenario(
+    "latency20", before=6.0, after=6.0, fault_s=8.0
+  )
+  _kept_the_run(line)
+  for host in network_faults.ACTOR_HOSTS:
+    assert line["env_steps_per_s"]["during"][host] > 0, line
