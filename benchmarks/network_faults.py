@@ -17,11 +17,12 @@ learner get SIGTERM. One JSON line per scenario:
   every actor of those hosts stepped again (its stats file grew); null where
   none was cut off, "never" if one did not within the after window;
 - `episodes_played` (the actors' own count, their stats files as they
-  ended) and `episodes_counted` (the learner's, its last console line; of
-  every learner process in `preempt`); an actor's last batch, stepped but
-  never sent, holds at most one episode per env, so
-  `counted <= played <= counted + envs` holds when nothing is lost or
-  counted twice;
+  ended) and `episodes_counted` (the learner's, its result.json as it
+  exited; of every learner process in `preempt`); a resumed learner skips
+  each env's first, partly unseen episode (`episodes_skipped_on_resume`),
+  and an actor's last batch, stepped but never sent, holds at most one
+  episode per env, so `counted + skipped <= played <= counted + skipped +
+  envs` holds when nothing is lost or counted twice;
 - `preempted` (scenario `preempt`): the learner's exit code and seconds to
   exit after SIGTERM, its step and return(last100) then, and the step the
   new learner resumed from (its final checkpoint);
@@ -101,23 +102,27 @@ def _env() -> Dict[str, str]:
   return env
 
 
-def _start_learner(lab: Lab, tmp: str, certs: str) -> Proc:
+def _start_learner(lab: Lab, tmp: str, certs: str, envs: int) -> Proc:
   return Proc(
     lab.prefix("learner")
     + [sys.executable, "-m", "seed_rl.learner_main", "--env", "classic",
        "--agent", "vtrace",
        "--num_actors", str(len(ACTOR_HOSTS) * ACTORS_PER_HOST),
-       "--envs_per_actor", str(ENVS_PER_ACTOR),
+       "--envs_per_actor", str(envs),
        "--server_address", f"0.0.0.0:{PORT}",
        "--tls_cert", f"{certs}/learner.pem", "--tls_key", f"{certs}/learner.key",
        "--token_file", f"{certs}/token", "--logdir", f"{tmp}/run",
-       "--gin_bindings", "LearnerConfig.log_every_s = 1.0"],
+       # Trains until stopped: CartPole's gin file stops at return 475.
+       "--gin_bindings", "LearnerConfig.log_every_s = 1.0",
+       "--gin_bindings", "LearnerConfig.target_return = None"],
     _env(), ROOT,
   )  # fmt: skip
 
 
-def _start(lab: Lab, tmp: str, certs: str) -> Tuple[Proc, Dict[str, List]]:
-  learner = _start_learner(lab, tmp, certs)
+def _start(
+  lab: Lab, tmp: str, certs: str, envs: int
+) -> Tuple[Proc, Dict[str, List]]:
+  learner = _start_learner(lab, tmp, certs, envs)
   actors: Dict[str, List] = {}
   for h, host in enumerate(ACTOR_HOSTS):
     for a in range(ACTORS_PER_HOST):
@@ -126,7 +131,7 @@ def _start(lab: Lab, tmp: str, certs: str) -> Tuple[Proc, Dict[str, List]]:
       proc = Proc(
         lab.prefix(host)
         + [sys.executable, "-m", "seed_rl.actors.main", "--env", "classic",
-           "--actor_id", str(actor_id), "--num_envs", str(ENVS_PER_ACTOR),
+           "--actor_id", str(actor_id), "--num_envs", str(envs),
            "--server_address", f"{lab.address('learner')}:{PORT}",
            "--tls_ca", f"{certs}/ca.pem", "--token_file", f"{certs}/token",
            "--gin_config", f"{ROOT}/seed_rl/classic/gin/vtrace.gin",
@@ -169,13 +174,19 @@ def _rate(a: float, b: float, seconds: float) -> float:
 
 
 def run_scenario(
-  name: str, before: float, after: float, fault_s: Optional[float] = None
+  name: str,
+  before: float,
+  after: float,
+  fault_s: Optional[float] = None,
+  envs: int = ENVS_PER_ACTOR,
 ) -> Dict[str, Any]:
-  """Runs scenario `name` (its fault for `fault_s` if given) on fresh hosts."""
+  """Runs scenario `name` (its fault for `fault_s` if given) on fresh hosts,
+  `envs` envs per actor."""
   fault, duration, cut_off = SCENARIOS[name]
   duration = fault_s or duration
   lab = Lab(("learner",) + ACTOR_HOSTS)
   out: Dict[str, Any] = {"scenario": name, "fault_s": duration}
+  out["envs_per_actor"] = envs
   with tempfile.TemporaryDirectory(prefix="seedrl-netfault-") as tmp:
     certs = f"{tmp}/certs"
     subprocess.run(
@@ -188,12 +199,15 @@ def run_scenario(
     actors: Dict[str, List] = {}
     run: Optional[_Windows] = None
     try:
-      learner, actors = _start(lab, tmp, certs)
+      learner, actors = _start(lab, tmp, certs, envs)
       _wait_for_training(learner, actors)
       run = _Windows(learner, actors)
+      run.envs_per_actor = envs
+      result = f"{tmp}/run/result.json"
       run.window("before", before)
       if name == "preempt":
-        out["preempted"] = _preempt(run, duration, lab, tmp, certs)
+        setup = (lab, tmp, certs, envs)
+        out["preempted"] = _preempt(run, duration, setup, result)
       elif fault:
         fault(lab)
       run.window("during", 0.0 if name == "preempt" else duration)
@@ -202,8 +216,8 @@ def run_scenario(
       run.watch_resume(cut_off)
       run.window("after", after)
       out.update(_summary(run, cut_off))
-      out.update({f"learner_{k}": v for k, v in learner.counts().items()})
-      out.update(_finish(run))
+      out.update({f"learner_{k}": v for k, v in run.learner.counts().items()})
+      out.update(_finish(run, result))
     finally:
       for proc, _ in _all(actors):
         proc.stop(signal.SIGKILL, timeout=10)
@@ -235,6 +249,8 @@ class _Windows:
   def __init__(self, learner: Proc, actors: Dict[str, List]):
     self.learner, self.actors = learner, actors
     self.learners = [learner]  # one more after each preemption
+    self.episodes_counted: List[int] = []  # by each learner that exited
+    self.envs_per_actor = 0
     self.marks = {"start": time.monotonic()}
     self.samples = {"start": _host_steps(actors)}
     self.rss: Dict[str, Optional[float]] = {}
@@ -265,12 +281,15 @@ class _Windows:
     return max(_learner_at(p, t)["step"] for p in self.learners)
 
 
-def _preempt(run: _Windows, away_s: float, lab, tmp, certs) -> Dict[str, Any]:
+def _preempt(
+  run: _Windows, away_s: float, setup: Tuple, result: str
+) -> Dict[str, Any]:
   """SIGTERM to the learner; a new one after `away_s` on the same logdir."""
   old = run.learner
   before = _learner_at(old, time.monotonic())
   t0 = time.monotonic()
   rc = old.stop(signal.SIGTERM, timeout=120)
+  run.episodes_counted.append((read_json(result) or {}).get("episodes", 0))
   out: Dict[str, Any] = {
     "exit_code": rc,
     "exit_s": round(time.monotonic() - t0, 1),
@@ -278,7 +297,7 @@ def _preempt(run: _Windows, away_s: float, lab, tmp, certs) -> Dict[str, Any]:
     "return_at_sigterm": before["return"],
   }
   time.sleep(away_s)
-  new = _start_learner(lab, tmp, certs)
+  new = _start_learner(*setup)
   run.learner = new
   run.learners.append(new)
   deadline = time.monotonic() + 180
@@ -291,9 +310,9 @@ def _preempt(run: _Windows, away_s: float, lab, tmp, certs) -> Dict[str, Any]:
   return out
 
 
-def _finish(run: _Windows) -> Dict[str, Any]:
+def _finish(run: _Windows, result: str) -> Dict[str, Any]:
   """Stops the actors, then the learner (SIGTERM); what each counted (the
-  episodes of every learner process of the run, summed)."""
+  learner: its result.json as it exited, every learner process summed)."""
   actors, learner = run.actors, run.learner
   out: Dict[str, Any] = {
     "actors_exited": sum(p.popen.poll() is not None for p, _ in _all(actors))
@@ -303,15 +322,17 @@ def _finish(run: _Windows) -> Dict[str, Any]:
     proc.stop(signal.SIGTERM, timeout=30)
     # Its last stats file, written as it ended.
     played += (read_json(stats) or {}).get("episodes") or 0
-  time.sleep(2.5)  # one more learner console line
   out["episodes_played"] = played
-  out["episodes_counted"] = sum(
-    _learner_at(p, time.monotonic())["episodes"] for p in run.learners
-  )
   out["return_last100"] = _learner_at(learner, time.monotonic())["return"]
   t0 = time.monotonic()
   rc = learner.stop(signal.SIGTERM, timeout=120)
   out["learner_exit"] = {"code": rc, "seconds": round(time.monotonic() - t0, 1)}
+  run.episodes_counted.append((read_json(result) or {}).get("episodes", 0))
+  out["episodes_counted"] = sum(run.episodes_counted)
+  # A resumed learner skips every env's first, partly unseen episode
+  # (seed_rl/common/episode_stats.py).
+  envs = sum(len(procs) for procs in actors.values()) * run.envs_per_actor
+  out["episodes_skipped_on_resume"] = envs * (len(run.learners) - 1)
   return out
 
 
@@ -348,6 +369,7 @@ def main(argv=None) -> int:
   p.add_argument(
     "--fault_s", type=float, default=None, help="override every fault's length"
   )
+  p.add_argument("--envs_per_actor", type=int, default=ENVS_PER_ACTOR)
   args = p.parse_args(argv)
   names = args.scenarios.split(",")
   unknown = sorted(set(names) - set(SCENARIOS))
@@ -358,7 +380,9 @@ def main(argv=None) -> int:
     print(f"network_faults: cannot run: {why}", file=sys.stderr)
     return 2
   for name in names:
-    line = run_scenario(name, args.before, args.after, args.fault_s)
+    line = run_scenario(
+      name, args.before, args.after, args.fault_s, args.envs_per_actor
+    )
     print(json.dumps(line), flush=True)
   return 0
 

@@ -33,13 +33,11 @@ def _kept_the_run(line):
   """What every scenario must keep: training, actors, episodes, a clean exit."""
   assert line["actors_exited"] == 0, line
   assert line["learner_steps_per_s"]["after"] > 0, line
-  # Nothing lost or counted twice: an actor's last batch, stepped but never
+  # Nothing lost or counted twice: a resumed learner skips each env's
+  # first, partly unseen episode; an actor's last batch, stepped but never
   # sent, holds at most one episode per env.
-  assert (
-    line["episodes_counted"]
-    <= line["episodes_played"]
-    <= line["episodes_counted"] + ENVS
-  ), line
+  counted = line["episodes_counted"] + line["episodes_skipped_on_resume"]
+  assert counted <= line["episodes_played"] <= counted + ENVS, line
   assert line["learner_exit"]["code"] == 0, line
 
 
@@ -62,3 +60,20 @@ def test_latency_and_loss_slow_the_actors_but_lose_nothing():
   _kept_the_run(line)
   for host in network_faults.ACTOR_HOSTS:
     assert line["env_steps_per_s"]["during"][host] > 0, line
+
+
+def test_a_preempted_learner_resumes_and_its_actors_reconnect():
+  """SIGTERM to the learner (a cluster moving it), a new learner process on
+  the same address and logdir 3 s later, the actors left running."""
+  line = network_faults.run_scenario(
+    "preempt", before=8.0, after=20.0, fault_s=3.0
+  )
+  _kept_the_run(line)
+  preempted = line["preempted"]
+  assert preempted["exit_code"] == 0 and preempted["exit_s"] < 30, line
+  # The final checkpoint held every step trained before SIGTERM.
+  assert preempted["resumed_at_step"] >= preempted["step_at_sigterm"], line
+  assert line["episodes_skipped_on_resume"] == ENVS, line
+  for host in network_faults.ACTOR_HOSTS:
+    assert line["resume_s"][host] != "never", line
+    assert line["resume_s"][host] < 20, line
