@@ -356,8 +356,8 @@ def test_idle_rpcs_are_cancelled_in_process():
   """The server's first-message watch on its own (a fast, in-process check
   of what the shared run shows): idle calls are cancelled after the timeout,
   the pool frees up, and a Hello that ends without a message is refused."""
-  from test_grpc_protocol import ArgmaxHandler, make_batch
-  from test_grpc_protocol import ACT as T_ACT, OBS as T_OBS
+  from tests.support.servers import ArgmaxHandler, make_batch
+  from tests.support.servers import ACT as T_ACT, OBS as T_OBS
 
   srv = server_lib.LearnerServer(
     "localhost:0",
