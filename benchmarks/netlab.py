@@ -134,7 +134,9 @@ class Lab:
 
   def up(self) -> None:
     ip("netns", "add", self.router)
-    ip("netns", "exec", self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    # /proc/sys/net is the namespace's own (no sysctl binary needed).
+    ip("netns", "exec", self.router, "sh", "-c",
+       "echo 1 > /proc/sys/net/ipv4/ip_forward")  # fmt: skip
     ip("-n", self.router, "link", "set", "lo", "up")
     for ns in self.ns.values():
       ip("netns", "add", ns)
