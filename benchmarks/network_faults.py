@@ -201,8 +201,7 @@ def run_scenario(
     try:
       learner, actors = _start(lab, tmp, certs, envs)
       _wait_for_training(learner, actors)
-      run = _Windows(learner, actors)
-      run.envs_per_actor = envs
+      run = _Windows(learner, actors, envs)
       result = f"{tmp}/run/result.json"
       run.window("before", before)
       if name == "preempt":
@@ -221,7 +220,7 @@ def run_scenario(
     finally:
       for proc, _ in _all(actors):
         proc.stop(signal.SIGKILL, timeout=10)
-      for proc in [learner] + (run.learners if run else []):
+      for proc in run.learners if run else [learner]:
         if proc is not None:
           proc.stop(signal.SIGKILL, timeout=10)
       lab.down()
@@ -246,16 +245,20 @@ class _Windows:
   """The run's clock: marks, the actors' step counts and the learner's RSS
   at the end of each window, and when cut-off hosts stepped again."""
 
-  def __init__(self, learner: Proc, actors: Dict[str, List]):
-    self.learner, self.actors = learner, actors
+  def __init__(self, learner: Proc, actors: Dict[str, List], envs: int):
+    self.actors, self.envs_per_actor = actors, envs
     self.learners = [learner]  # one more after each preemption
     self.episodes_counted: List[int] = []  # by each learner that exited
-    self.envs_per_actor = 0
     self.marks = {"start": time.monotonic()}
     self.samples = {"start": _host_steps(actors)}
     self.rss: Dict[str, Optional[float]] = {}
     self.resumed: Dict[str, float] = {}
     self._watch: Tuple[str, ...] = ()
+
+  @property
+  def learner(self) -> Proc:
+    """The learner process serving now."""
+    return self.learners[-1]
 
   def watch_resume(self, hosts: Tuple[str, ...]) -> None:
     self._watch = hosts
@@ -298,7 +301,6 @@ def _preempt(
   }
   time.sleep(away_s)
   new = _start_learner(*setup)
-  run.learner = new
   run.learners.append(new)
   deadline = time.monotonic() + 180
   while not _RESUMED.search(new.output) and time.monotonic() < deadline:
