@@ -26,7 +26,8 @@ parsed and validated, or the worker threads of a threaded server;
 inference = the batcher thread; training; main; grpc_native = gRPC's C-core
 threads (event engine, poller); tf_native = TensorFlow's pools; other), learner_cpu_cores (learner
 CPU seconds per second: 1.0 means its core was saturated), latency_p50_ms /
-latency_p99_ms (per-stream round trip of one message), learner_rss_mib.
+latency_p99_ms (per-stream round trip of one message), learner_rss_mib
+and learner_rss_kib_per_env (the whole process's RSS over the envs served).
 A configuration whose learner state would not fit `--max_learner_gib` is
 printed with "skipped" instead.
 """
@@ -360,9 +361,10 @@ def _wait_for_port(port: int, learner, timeout_s: float) -> None:
 
 
 def _learner_state_gib(obs: str, envs: int, model: str) -> float:
-  """What the learner's per-env state takes (frame stacks and T+1 unroll
-  buffers), roughly: configurations beyond --max_learner_gib are skipped."""
-  per_env = 84 * 84 * 4 * 22 if obs == "atari" else 4 * 4 * 22 + 64
+  """What the learner's per-env state takes (a frame stack, and unroll
+  buffers of k-1 + T+1 frames, one spare), roughly: configurations beyond
+  --max_learner_gib are skipped."""
+  per_env = 84 * 84 * (4 + 2 * 24) if obs == "atari" else 4 * 4 * 22 + 64
   return envs * per_env / 2**30 * (2 if model == "real" else 1)
 
 
@@ -466,6 +468,7 @@ def _measure(args, streams: int, k: int) -> dict:
     "latency_p50_ms": round(result["latency_p50_ms"], 3),
     "latency_p99_ms": round(result["latency_p99_ms"], 3),
     "learner_rss_mib": round(rss, 1),
+    "learner_rss_kib_per_env": round(rss * 1024 / (streams * k), 1),
     "messages_per_s": round(result["messages"] / result["seconds"], 1),
     "warmed_up": result["warmed_up"],
     "connect_retries": result["connect_retries"],

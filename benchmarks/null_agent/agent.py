@@ -24,6 +24,10 @@ class NullAgent(Agent):
   """Acts with zeros; keeps no data. `unroll_length` sizes the runtime's
   unroll buffers like a real agent's would."""
 
+  # Unrolls are taken as the runtime stores them (frames, with frame
+  # stacking): what a real agent that trains on frames costs the runtime.
+  trains_on_frames = True
+
   def __init__(
     self, observation_spec, action_spec, num_envs, unroll_length: int = 20
   ):

@@ -34,6 +34,9 @@ class ActInputs:
 
   env_ids: int32 [B] global env ids (e.g. for per-env epsilon in R2D2).
   observation: [B, *obs_shape] what the agent sees (frames already stacked).
+    Read-only, and valid only during `act`: the runtime may hand a view of
+    its own per-env tables and change them at the next step (copy what
+    must be kept).
   prev_action: [B, *action_shape] action taken before this step (zeros at an
     episode start).
   reward: float32 [B] reward of the previous transition (raw, unclipped).
@@ -98,6 +101,14 @@ class Unroll:
   extras: name -> [B, T+1, ...] from ActOutputs.extras.
   core_state: CoreState at the start of step 0 (before observation 0).
   policy_version: int64 [B, T+1] learner step whose weights acted at step t.
+  frame_stack: k. 1: `observation` holds what the agent sees. k > 1 (for an
+    agent with `trains_on_frames`): observations are stacks of k frames
+    [*frame_shape, k] and `observation` holds each frame once,
+    [B, k-1 + T+1, *frame_shape]: the k-1 frames before step 0, zero where
+    older than an episode start at or before step 0, then step t's newest
+    frame at k-1+t. Stacks are rebuilt from it and the episode starts
+    (terminated or truncated at step t >= 1): common/frames.py in NumPy,
+    agents/frame_stacks.py in the training step.
   """
 
   env_ids: np.ndarray
@@ -112,6 +123,7 @@ class Unroll:
   extras: Dict[str, np.ndarray]
   core_state: CoreState
   policy_version: np.ndarray
+  frame_stack: int = 1
 
   @property
   def batch_size(self) -> int:
@@ -131,6 +143,10 @@ class Agent(abc.ABC):
   # for R2D2-style sequence replay).
   unroll_length: int
   unroll_overlap: int = 1
+  # True: the agent takes unrolls of frames (`Unroll.frame_stack` > 1) when
+  # the learner stacks frames, and rebuilds the stacks where it trains;
+  # False: the runtime rebuilds them before `add_unrolls`.
+  trains_on_frames: bool = False
 
   def __init__(
     self, observation_spec: ArraySpec, action_spec: ArraySpec, num_envs: int
@@ -303,10 +319,20 @@ def _check_unroll_steps(
 ) -> None:
   """env_ids [B] and the per-step fields [B, T+1, ...] of the dataclass."""
   _check_unroll_field("env_ids", unroll.env_ids, (b,), b, t1)
+  k = unroll.frame_stack
+  if k > 1 and (
+    observation_spec.frame_stack != k or observation_spec.shape[-1:] != (k,)
+  ):
+    raise ValueError(
+      f"Unroll.frame_stack is {k} (unrolls of frames), but the agent's "
+      f"observation spec {list(observation_spec.shape)} has frame_stack "
+      f"{observation_spec.frame_stack}: the learner and the agent must be "
+      "built with the same LearnerConfig.frame_stack"
+    )
   _check_unroll_field(
     "observation",
     unroll.observation,
-    (b, t1) + observation_spec.shape,
+    (b, t1 + k - 1) + observation_spec.shape[: -1 if k > 1 else None],
     b,
     t1,
     observation_spec.dtype,
@@ -400,7 +426,7 @@ def unroll_rows(unroll: Unroll, rows: Any) -> Unroll:
       value = {name: array[rows] for name, array in value.items()}
     elif field.name == "core_state":
       value = tuple(array[rows] for array in value)
-    else:
+    elif field.name != "frame_stack":
       value = value[rows]
     fields[field.name] = value
   return Unroll(**fields)

@@ -108,11 +108,12 @@ class EnvStateTable:
     self.prev_action = action_spec.zeros(num_envs)
     self.stacked_spec = stacked_observation_spec(observation_spec, frame_stack)
     self.stack = self.stacked_spec.zeros(num_envs) if frame_stack > 1 else None
-    # Four uint8 frames per pixel are one little-endian uint32 whose low byte
-    # is the newest frame: pushing a frame is a shift and an OR on a
-    # [N, H, W] uint32 view, ~10x faster than interleaving channels, and the
-    # word's big-endian bytes are the agent's layout (oldest frame first),
-    # written by the byte-swapping copy out.
+    # Four uint8 frames per pixel are one little-endian uint32 whose high
+    # byte is the newest frame, so the table's bytes are the agent's layout
+    # (oldest frame first) as they lie: pushing a frame is a shift of a
+    # [N, H, W] uint32 view (~10x faster than moving channels) and one
+    # strided write of the frame into channel k-1, and one actor's stacks
+    # are read where they are.
     self._packed = (
       frame_stack == 4
       and self.stack is not None
@@ -164,26 +165,39 @@ class EnvStateTable:
     frames: np.ndarray,
     commit: bool = True,
     out: Optional[np.ndarray] = None,
+    view: bool = False,
   ) -> np.ndarray:
-    """Returns `[B, *stacked_shape]` observations with `frames` newest,
-    which later steps do not change: `out` when given and of their dtype
-    (e.g. the unroll slots of the step; then written there), else a new
+    """Returns `[B, *stacked_shape]` observations with `frames` newest:
+    `out` when given and of their dtype (then written there), else a new
     array (or `frames` themselves when nothing is stacked).
 
     commit=False computes the stack without storing it (for the final
     observation of a truncated episode, which no later frame follows).
+    view=True (with commit) may instead return a read-only view of the
+    table's rows when `env_ids` is one run of envs: no copy, but valid
+    only until these envs' next step.
     """
     spans = runs(env_ids) if self._packed and commit else []
     if self.stack is None:
       stacked = frames
     elif spans and len(spans) * _MIN_RUN <= max(len(frames), _MIN_RUN):
       # One run, or runs of _MIN_RUN envs on average.
-      return self._push_packed(spans, frames, out)
+      self._push_packed(spans, frames)
+      if view and len(spans) == 1:
+        lo, hi, first = spans[0]
+        rows = self.stack[first : first + hi - lo].view()
+        rows.flags.writeable = False
+        return rows
+      ids = index_ids(env_ids)
+      if out is None or out.dtype != self.stack.dtype:
+        return self.stack[ids]  # a gather: a copy
+      np.take(self.stack, ids, axis=0, out=out)
+      return out
     elif self._packed:
-      packed = (self._words[env_ids] << 8) | frames.astype(np.uint32)
+      packed = (self._words[env_ids] >> 8) | (frames.astype(np.uint32) << 24)
       if commit:
         self._words[env_ids] = packed
-      stacked = packed.astype(">u4")[..., None].view(np.uint8)  # [B, H, W, 4]
+      stacked = packed[..., None].view(np.uint8)  # [B, H, W, 4]
     else:
       stacked = np.concatenate(
         [self.stack[env_ids, ..., 1:], frames[..., None]], axis=-1
@@ -196,30 +210,17 @@ class EnvStateTable:
     return out
 
   def _push_packed(
-    self,
-    spans: List[Tuple[int, int, int]],
-    frames: np.ndarray,
-    out: Optional[np.ndarray],
-  ) -> np.ndarray:
-    """`stacked` for packed stacks, by runs of consecutive envs (`runs`):
-    in-place ufuncs on views of the table, then one copy out (into `out` or
-    a new array).
-
-    No gather, scatter or temporaries: a fresh ~1 MB temporary per call can
-    cost hundreds of page faults, and every pass over the stacks is a pass
-    over memory that is rarely in cache.
-    """
+    self, spans: List[Tuple[int, int, int]], frames: np.ndarray
+  ) -> None:
+    """Pushes `frames` onto packed stacks, run by run of consecutive envs
+    (`runs`), in place: no gather, scatter or temporaries (a fresh ~1 MB
+    temporary per call can cost hundreds of page faults, and every pass
+    over the stacks is a pass over memory that is rarely in cache)."""
     assert self.stack is not None
-    if out is None or out.dtype != np.uint8:
-      out = np.empty((len(frames),) + self.stack.shape[1:], np.uint8)
     for lo, hi, first in spans:
       words = self._words[first : first + hi - lo]
-      np.left_shift(words, 8, out=words)
-      # The uint8 frames widen inside the ufunc's buffer: no uint32 copy of
-      # them in memory (one pass less over the stacks' size).
-      np.bitwise_or(words, frames[lo:hi], out=words)
-      np.copyto(out[lo:hi].view(">u4")[..., 0], words)
-    return out
+      np.right_shift(words, 8, out=words)
+      self.stack[first : first + hi - lo, ..., -1] = frames[lo:hi]
 
 
 def stacked_observation_spec(spec: ArraySpec, frame_stack: int) -> ArraySpec:
@@ -227,5 +228,8 @@ def stacked_observation_spec(spec: ArraySpec, frame_stack: int) -> ArraySpec:
   if frame_stack == 1:
     return spec
   return spec.replace(
-    shape=spec.shape + (frame_stack,), minimum=None, maximum=None
+    shape=spec.shape + (frame_stack,),
+    minimum=None,
+    maximum=None,
+    frame_stack=frame_stack,
   )

@@ -12,14 +12,22 @@ DQN's transitions (which hold two stacks each) about 2k-fold.
 `compress` / `decompress` work on whole unrolls (R2D2 replays sequences);
 `FrameBlockStore` keeps compressed unrolls in a ring and rebuilds single
 stacks on demand (DQN replays transitions that point into it).
+
+The learner's unrolls come in the same layout as one array
+(`Unroll.frame_stack` > 1): [B, k-1 + T+1, H, W], the k-1 older frames of
+step 0 first; `stack_frames` / `stacked_unroll` rebuild their stacks for
+agents that train on stacks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Tuple
 
 import numpy as np
+
+from seed_rl.common.agent_api import Unroll
 
 
 def compress(observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -41,7 +49,7 @@ def decompress(
   """Rebuilds the stacked observations [B, T+1, H, W, k].
 
   Args:
-    frames: [B, T+1, H, W] newest frame of each step.
+    frames: [B, T+1, H, W] newest frame of each step (any frame shape).
     first_stack: [B, H, W, k-1] older frames of step 0 (oldest first).
     done: bool [B, T+1] step t starts a new episode (its older slots are 0).
   """
@@ -52,13 +60,38 @@ def decompress(
   t = np.arange(steps)
   last_start = _last_start(done, depth)
   out = np.empty((batch, steps) + frames.shape[2:] + (depth,), frames.dtype)
+  frame_axes = (1,) * (frames.ndim - 2)
   for c in range(depth):
     age = depth - 1 - c
     valid = (t - age)[None, :] >= last_start  # [B, T+1]
     out[..., c] = np.where(
-      valid[:, :, None, None], extended[:, c : c + steps], 0
+      valid.reshape(valid.shape + frame_axes), extended[:, c : c + steps], 0
     )
   return out
+
+
+def stack_frames(
+  frames: np.ndarray, done: np.ndarray, depth: int
+) -> np.ndarray:
+  """[B, k-1 + T+1, H, W] frames in Unroll.frame_stack's layout and done
+  bool [B, T+1] (step t starts an episode) -> stacks [B, T+1, H, W, k]."""
+  history = depth - 1
+  return decompress(
+    frames[:, history:], np.moveaxis(frames[:, :history], 1, -1), done
+  )
+
+
+def stacked_unroll(unroll: Unroll) -> Unroll:
+  """`unroll` with stacked observations [B, T+1, H, W, k] (frame_stack 1);
+  unchanged when it holds them already."""
+  if unroll.frame_stack == 1:
+    return unroll
+  done = unroll.terminated | unroll.truncated
+  return dataclasses.replace(
+    unroll,
+    observation=stack_frames(unroll.observation, done, unroll.frame_stack),
+    frame_stack=1,
+  )
 
 
 def roundtrip_ok(observation: np.ndarray, done: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ always uses the latest weights; the gap is logged as `perf/policy_lag`.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
 from typing import List, Optional, Tuple
@@ -19,6 +20,7 @@ import numpy as np
 
 from seed_rl.common import agent_api
 from seed_rl.common import episode_stats
+from seed_rl.common import frames as frames_lib
 from seed_rl.common import metrics as metrics_lib
 from seed_rl.common import profiling
 from seed_rl.common.agent_api import ActInputs, Agent
@@ -88,8 +90,25 @@ class Learner:
       agent.initial_core_state,
       self.config.frame_stack,
     )
+    # Frame-stacked observations go into unrolls as frames, each once (a
+    # k-fold saving of the unrolls' memory and of what training is handed);
+    # `_hand_over` rebuilds stacks for agents that train on stacks.
+    self._frame_depth = (
+      self.config.frame_stack if self.state.stack is not None else 1
+    )
     self.unrolls = UnrollStore(
-      self.num_envs, agent.unroll_length + 1, agent.unroll_overlap
+      self.num_envs,
+      agent.unroll_length + 1,
+      agent.unroll_overlap,
+      frame_depth=self._frame_depth,
+    )
+    self._stacks_buffer: Optional[np.ndarray] = None
+    # Agents built for unrolls of frames of this depth take them as they
+    # are; others get stacks (frames_lib.stacked_unroll).
+    self._agent_takes_frames = (
+      self._frame_depth > 1
+      and agent.trains_on_frames
+      and agent.observation_spec.frame_stack == self._frame_depth
     )
     self.profiler = profiler
     self._checkpointer = checkpointer
@@ -188,11 +207,11 @@ class Learner:
       self._count_episodes(b, rows, restarted)
       if b.life_lost is not None and self.config.terminal_on_life_loss:
         b = self._life_losses_as_ends(b)
-      inputs, slots = self._act_inputs(b, rows, restarted)
+      inputs, stored = self._act_inputs(b, rows, restarted)
       out = self._act(inputs)
       action = np.asarray(out.action[:size], self.action_spec.dtype)
       self.state.scatter(rows, tuple(c[:size] for c in out.core_state), action)
-      self._record_step(b, rows, inputs, slots, out, action)
+      self._record_step(b, rows, inputs, stored, out, action)
     self._infer_seconds += time.perf_counter() - t0
     if len(batches) == 1:
       return [action]
@@ -237,11 +256,12 @@ class Learner:
 
   def _act_inputs(
     self, b: StepBatch, rows: EnvIndex, restarted: Optional[np.ndarray]
-  ) -> Tuple[ActInputs, Optional[np.ndarray]]:
+  ) -> Tuple[ActInputs, np.ndarray]:
     """The agent's inputs: B rows, one per env of `b` (episode starts reset
     first), then one per truncated env valuing its final observation; and
-    the unroll slots holding the B observations (None: not written there).
-    """
+    the B observations the unrolls store: their frames with frame stacking,
+    else the stacks (where they are already in the unroll slots, those
+    slots: `UnrollStore.append` then copies nothing)."""
     st = self.state
     final = self._final_inputs(b)  # before the ended episodes' state resets
     new_episode = b.terminated | b.truncated
@@ -254,14 +274,24 @@ class Learner:
     core, prev_action = st.gather(rows)
     slots = None
     if isinstance(rows, slice) and rows.stop <= self.num_train_envs:
-      # Stacked straight into the unroll: no copy of them later.
+      # Written straight into the unroll: no copy of them later.
       slots = self.unrolls.observation_slots(rows)
-    observation = st.stacked(rows, b.observation, out=slots)
-    if observation is not slots:
-      slots = None  # not written there (another dtype)
-    else:  # an agent writing into its inputs would change the unroll
-      observation = observation.view()
-      observation.flags.writeable = False
+    if self._frame_depth > 1:
+      # One actor's stacks are read where the table holds them.
+      observation = st.stacked(
+        rows, b.observation, out=self._stacks_out(b.num_envs), view=True
+      )
+      stored = b.observation
+      if slots is not None and slots.dtype == stored.dtype:
+        np.copyto(slots, stored)
+        stored = slots
+    else:
+      observation = st.stacked(rows, b.observation, out=slots)
+      stored = observation
+      if observation is slots:
+        # An agent writing into its inputs would change the unroll.
+        observation = observation.view()
+        observation.flags.writeable = False
     inputs = ActInputs(
       env_ids=b.env_ids,
       observation=observation,
@@ -271,7 +301,21 @@ class Learner:
       core_state=core,
       eval_mask=b.env_ids >= self.num_train_envs,
     )
-    return (inputs if final is None else concat_inputs(inputs, final)), slots
+    return (inputs if final is None else concat_inputs(inputs, final)), stored
+
+  def _stacks_out(self, size: int) -> Optional[np.ndarray]:
+    """[size, *stacked_shape] for this step's inference stacks: the buffer
+    of earlier steps when nothing holds it any more (a fresh ~1 MB array
+    per step costs page faults), else None (a new one)."""
+    buffer = self._stacks_buffer
+    # References: the attribute, `buffer` and getrefcount's argument.
+    if buffer is None or buffer.shape[0] < size or sys.getrefcount(buffer) > 3:
+      spec = self.state.stacked_spec
+      buffer = self._stacks_buffer = np.empty(
+        (max(size, 0 if buffer is None else buffer.shape[0]),) + spec.shape,
+        spec.dtype,
+      )
+    return buffer[:size]
 
   def _final_inputs(self, b: StepBatch) -> Optional[ActInputs]:
     """Rows valuing the final observation of each truncated episode with the
@@ -363,13 +407,13 @@ class Learner:
     b: StepBatch,
     rows: EnvIndex,
     inputs: ActInputs,
-    slots: Optional[np.ndarray],
+    stored: np.ndarray,
     out: agent_api.ActOutputs,
     action: np.ndarray,
   ) -> None:
     """Counts the training envs' steps and appends them to their unrolls
     (the first B rows of `inputs` and `out` are the envs of `b`, at `rows`;
-    `slots`: their observations already in the unrolls); completed unrolls
+    `stored`: their observations as the unrolls keep them); completed unrolls
     go to the agent."""
     size = b.num_envs
     evaluated = inputs.eval_mask[:size]
@@ -382,7 +426,7 @@ class Learner:
     if value.shape[0] > size:  # rows valuing truncated final observations
       bootstrap_value[b.truncated] = value[size:]
     step = StepRecord(
-      observation=inputs.observation[:size] if slots is None else slots,
+      observation=stored,
       reward=b.reward,
       terminated=b.terminated,
       truncated=b.truncated,
@@ -399,8 +443,11 @@ class Learner:
       rows, step = b.env_ids[train], step.rows(train)
     # One Unroll per actor's block: several completing together are not
     # concatenated (a copy of all of them).
+    stacks = not self._agent_takes_frames
     for completed in self.unrolls.append_each(rows, step):
-      self.agent.add_unrolls(completed)
+      self.agent.add_unrolls(
+        frames_lib.stacked_unroll(completed) if stacks else completed
+      )
 
   @property
   def batches_run(self) -> int:

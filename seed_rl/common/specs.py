@@ -24,6 +24,9 @@ class ArraySpec:
       `shape`; None when unbounded or discrete.
     num_values: number of discrete actions (values in [0, num_values)); None for
       continuous specs.
+    frame_stack: k > 1 when the learner stacks the last k frames on the last
+      axis (LearnerConfig.frame_stack): an agent with `trains_on_frames` then
+      gets unrolls of frames (agent_api.Unroll.frame_stack); 1 otherwise.
   """
 
   shape: tuple
@@ -32,6 +35,7 @@ class ArraySpec:
   minimum: Optional[np.ndarray] = None
   maximum: Optional[np.ndarray] = None
   num_values: Optional[int] = None
+  frame_stack: int = 1
 
   def __post_init__(self):
     object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))

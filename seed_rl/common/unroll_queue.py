@@ -38,6 +38,10 @@ def concat_unrolls(unrolls: List[Unroll]) -> Unroll:
       fields[field.name] = tuple(
         np.concatenate(parts) for parts in zip(*values)
       )
+    elif field.name == "frame_stack":
+      if len(set(values)) > 1:
+        raise ValueError(f"concat_unrolls: frame_stack differs: {values}")
+      fields[field.name] = values[0]
     else:
       fields[field.name] = np.concatenate(values)
   return Unroll(**fields)

@@ -17,6 +17,14 @@ stack observations straight into the next step's slots (`observation_slots`)
 and hand that view to the agent. Other traffic (a subset of a block, resets
 of some of its envs, several blocks completing in one call) takes slower
 paths that give the same Unrolls.
+
+With `frame_depth` k > 1 (frame-stacked observations) the store keeps
+frames, not stacks: the observation array of a block is
+[envs, k - 1 + length, *frame_shape], the k - 1 frames before step 0
+(zero where older than an episode start at or before step 0) and then each
+step's newest frame, the layout of `Unroll.frame_stack`. A step appends its
+newest frame [B, *frame_shape]; the caller stacks for inference from its own
+per-env history.
 """
 
 from __future__ import annotations
@@ -149,9 +157,14 @@ class UnrollStore:
     num_envs: global env ids served.
     length: steps per unroll (T+1).
     overlap: steps shared by consecutive unrolls of one env, in [1, length).
+    frame_depth: k > 1 stores observations as frames (see the module's
+      docstring): a step's observation is its newest frame; 1 stores them
+      as they are.
   """
 
-  def __init__(self, num_envs: int, length: int, overlap: int = 1):
+  def __init__(
+    self, num_envs: int, length: int, overlap: int = 1, frame_depth: int = 1
+  ):
     if length < 2:
       raise ValueError(f"an unroll needs >= 2 steps, got length={length}")
     if not 1 <= overlap < length:
@@ -160,9 +173,14 @@ class UnrollStore:
         "consecutive unrolls must share at least the boundary "
         "step and must advance"
       )
+    if frame_depth < 1:
+      raise ValueError(f"frame_depth must be >= 1, got {frame_depth}")
     self.num_envs = num_envs
     self.length = length
     self.overlap = overlap
+    self.frame_depth = frame_depth
+    # Slots of the observation array before step 0 (the frame history).
+    self._history = frame_depth - 1
     self._pos = np.zeros(num_envs, np.int64)
     self._block_of: List[Optional[_Block]] = [None] * num_envs
     # The view the last `observation_slots` call handed out.
@@ -201,6 +219,7 @@ class UnrollStore:
       extras=dict(zip(self._extra_names, rows[n + self._num_core :])),
       # The state the unroll starts from: that before its step 0.
       core_state=tuple(c[:, 0] for c in core),
+      frame_stack=self.frame_depth,
     )
 
   def _set_structure(self, step: StepRecord) -> None:
@@ -218,8 +237,10 @@ class UnrollStore:
     if recycled is not None:
       return recycled
     return [
-      np.empty((size, self.length) + shape, dtype)
-      for shape, dtype in self._templates
+      np.empty(
+        (size, self.length + (self._history if i == 0 else 0)) + shape, dtype
+      )
+      for i, (shape, dtype) in enumerate(self._templates)
     ]
 
   def _recycled(self, size: int) -> Optional[List[np.ndarray]]:
@@ -281,7 +302,7 @@ class UnrollStore:
       or block.stop != stop
     ):
       return None
-    self._slots = block.arrays[0][:, block.pos]
+    self._slots = block.arrays[0][:, block.pos + self._history]
     return self._slots
 
   def append(self, env_ids: EnvIndex, step: StepRecord) -> Optional[Unroll]:
@@ -354,12 +375,23 @@ class UnrollStore:
   def _new_block(self, first: int, stop: int) -> _Block:
     """A block for envs [first, stop), their partial unrolls moved into it."""
     arrays = self._new_arrays(stop - first)
+    history = self._history
     for env in range(first, stop):
       old, steps = self._block_of[env], int(self._pos[env])
       if old is not None:
         old.owned -= 1
-        for new, array in zip(arrays, old.arrays):
-          new[env - first, :steps] = array[env - old.first, :steps]
+      if history:
+        # An env without steps starts from an empty history; one with
+        # steps keeps the history of its step 0 with them.
+        if old is not None and steps:
+          held = history + steps
+          arrays[0][env - first, :held] = old.arrays[0][env - old.first, :held]
+        else:
+          arrays[0][env - first, :history] = 0
+      if old is not None and steps:
+        for i, (new, array) in enumerate(zip(arrays, old.arrays)):
+          if i or not history:
+            new[env - first, :steps] = array[env - old.first, :steps]
     block = _Block(first, stop - first, arrays, self._common_pos(first, stop))
     self._block_of[first:stop] = [block] * block.size
     return block
@@ -376,9 +408,9 @@ class UnrollStore:
     the rows it completed."""
     pos = block.pos
     if pos is not None:  # lockstep: one slice per array
-      for array, value in zip(block.arrays, values):
+      for i, (array, value) in enumerate(zip(block.arrays, values)):
         if value is not self._slots:  # else written by the caller
-          array[:, pos] = value
+          array[:, pos + (self._history if i == 0 else 0)] = value
       block.pos = pos + 1
       self._pos[block.first : block.stop] = pos + 1
       if pos + 1 == self.length:
@@ -386,8 +418,8 @@ class UnrollStore:
       return
     rows = np.arange(block.size)
     positions = self._pos[block.first : block.stop]  # a view
-    for array, value in zip(block.arrays, values):
-      array[rows, positions] = value
+    for i, (array, value) in enumerate(zip(block.arrays, values)):
+      array[rows, positions + (self._history if i == 0 else 0)] = value
     positions += 1
     full = np.flatnonzero(positions == self.length)
     if full.size:
@@ -441,19 +473,42 @@ class UnrollStore:
     Never rewriting a slot keeps every array handed out (Unrolls, the
     views of `observation_slots`) as it was, without copying it.
     """
-    length, keep = self.length, self.overlap
+    length = self.length
     old, block.arrays = block.arrays, self._new_arrays(block.size)
     positions = self._pos[block.first : block.stop]  # a view
     pos = self._common_pos(block.first, block.stop)
     if pos is not None:  # lockstep: one slice per array
-      live = slice(length - keep, length) if pos == length else slice(0, pos)
-      for new, array in zip(block.arrays, old):
-        new[:, : live.stop - live.start] = array[:, live]
+      self._carry(block.arrays, old, slice(None), pos)
     else:
       for row, pos in enumerate(positions.tolist()):
-        live = slice(length - keep, length) if pos == length else slice(0, pos)
-        for new, array in zip(block.arrays, old):
-          new[row, : live.stop - live.start] = array[row, live]
+        self._carry(block.arrays, old, slice(row, row + 1), pos)
     self._retire(block.size, old)
-    positions[positions == length] = keep
+    positions[positions == length] = self.overlap
     block.pos = self._common_pos(block.first, block.stop)
+
+  def _carry(
+    self, new: List[np.ndarray], old: List[np.ndarray], rows: slice, pos: int
+  ) -> None:
+    """Copies the live steps of `rows` (holding `pos` steps) from the
+    `old` arrays to the start of the `new` ones: the last `overlap` steps of
+    a completed unroll, all of a partial one, none of a reset one (pos 0).
+    With frames, step 0's history goes with them: the frames before it,
+    zeroed where an episode started between them and step 0 (as the
+    stacks the caller built were)."""
+    length, keep, history = self.length, self.overlap, self._history
+    start, stop = (length - keep, length) if pos == length else (0, pos)
+    for i, (to, array) in enumerate(zip(new, old)):
+      if i or not history:
+        to[rows, : stop - start] = array[rows, start:stop]
+      elif stop:
+        to[rows, : history + stop - start] = array[rows, start : stop + history]
+      else:
+        to[rows, :history] = 0
+    if history and start:
+      # Old steps 2 and 3 of the flattened fields: terminated, truncated.
+      starts = old[2][rows, : start + 1] | old[3][rows, : start + 1]
+      for age in range(1, history + 1):
+        stale = starts[:, max(0, start - age + 1) :].any(axis=1)
+        if stale.any():
+          frames = new[0][rows]  # a view (rows is a slice)
+          frames[stale, history - age] = 0

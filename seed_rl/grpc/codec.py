@@ -172,7 +172,8 @@ def decode_spec(message: seed_rl_pb2.TensorSpec, what: str) -> ArraySpec:
       dtype=message.dtype,
       name=message.name,
       num_values=num_values,
-      **bounds,
+      minimum=bounds.get("minimum"),
+      maximum=bounds.get("maximum"),
     )
   except ValueError as e:
     raise ValueError(f"{what}: {e}") from None

@@ -1,6 +1,8 @@
 """A deterministic NumPy agent that records what the learner runtime hands
 it, and the step batches the runtime tests feed it."""
 
+import dataclasses
+
 import numpy as np
 
 from seed_rl.common.agent_api import ActOutputs, Agent
@@ -29,7 +31,10 @@ class RecordingAgent(Agent):
     return (np.zeros((batch_size, 1), np.float32),)
 
   def act(self, inputs):
-    self.calls.append(inputs)
+    # Inputs are valid only during act (agent_api.ActInputs): keep a copy.
+    self.calls.append(
+      dataclasses.replace(inputs, observation=np.array(inputs.observation))
+    )
     obs = inputs.observation.reshape(len(inputs.env_ids), -1)
     return ActOutputs(
       action=(inputs.env_ids % 2).astype(np.int32),

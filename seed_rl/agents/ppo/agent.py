@@ -27,12 +27,14 @@ unrolls, every minibatch split into equal shards, gradients averaged.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from seed_rl.agents import frame_stacks
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.agents import queue_fed
@@ -95,6 +97,15 @@ class PPOAgent(queue_fed.RawActionAgent):
     if self._placement.strategy is not None:
       self._check_shards()
     self._init_normalizers()
+    # Frame stacks are rebuilt in the update (agents/frame_stacks.py), unless
+    # observations are normalised: their statistics are taken from the
+    # unrolls' stacks in NumPy.
+    self.trains_on_frames = self._obs_normalizer is None
+    self._train_obs_spec = (
+      observation_spec
+      if self.trains_on_frames
+      else observation_spec.replace(frame_stack=1)
+    )
     # Weights, optimizer slots and the step counter are mirrored on every
     # training device (the normalizer statistics and kl_coef, set between
     # updates, are single variables every device reads).
@@ -129,6 +140,9 @@ class PPOAgent(queue_fed.RawActionAgent):
       self._preprocess,
       self._time_major_signature(),
       self._placement.strategy,
+      observations=functools.partial(
+        frame_stacks.observations, self._train_obs_spec
+      ),
     )
     self._targets_fn, self._update_fn = update.targets_fn, update.update_fn
 
@@ -331,9 +345,8 @@ class PPOAgent(queue_fed.RawActionAgent):
     return self._obs_normalizer.normalize(observation)
 
   def _time_major_signature(self):
-    obs_spec = self.observation_spec
     return [
-      tf.TensorSpec((None, None) + obs_spec.shape, obs_spec.dtype),
+      frame_stacks.frames_spec(self._train_obs_spec, None, None),
       self._raw_action_spec((None, None)),
       tf.TensorSpec([None, None], tf.float32),
       tf.TensorSpec([None, None], tf.bool),

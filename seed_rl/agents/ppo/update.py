@@ -76,6 +76,9 @@ class PPOUpdate:
       [T, B, ...], rewards, terminated, truncated, bootstrap_value [T, B]).
     strategy: the MirroredStrategy of the training devices (network and
       optimizer built in its scope), or None for one device.
+    observations: (observation, terminated, truncated) -> stacks [T+1, B,
+      ...]: what the signature's observations become first (frame stacks
+      rebuilt from frames, agents/frame_stacks.py); None keeps them.
   """
 
   def __init__(
@@ -88,6 +91,7 @@ class PPOUpdate:
     preprocess: Callable[[tf.Tensor], tf.Tensor],
     signature: List[tf.TensorSpec],
     strategy: Optional[tf.distribute.Strategy] = None,
+    observations: Optional[Callable[..., tf.Tensor]] = None,
   ):
     self._config = config
     self._network = network
@@ -97,13 +101,23 @@ class PPOUpdate:
     self._preprocess = preprocess
     self._signature = list(signature)
     self._strategy = strategy
+    self._observations = observations
 
     def targets(*args):
       with multi_device.training_scope(strategy):
-        return self._batch_targets(*args)
+        return self._batch_targets(*self._stacked(args))
 
     self.targets_fn = tf.function(targets, input_signature=self._signature)
     self.update_fn = self._make_update_fn()
+
+  def _stacked(self, target_args):
+    """`_targets`' arguments with the observations as the network sees
+    them (`observations`)."""
+    if self._observations is None:
+      return tuple(target_args)
+    observation, raw_action, rewards, terminated, truncated = target_args[:5]
+    observation = self._observations(observation, terminated, truncated)
+    return (observation,) + tuple(target_args[1:])
 
   def _batch_targets(self, *target_args):
     """`_targets` of the whole batch: with training devices, each device's
@@ -269,6 +283,7 @@ class PPOUpdate:
       [T, B], order [num_epochs, T*B] (one shuffle per epoch) and
       clip_ratio []."""
       target_args, (behaviour_log_prob, order, clip_ratio) = args[:6], args[6:]
+      target_args = self._stacked(target_args)
       with multi_device.training_scope(self._strategy):
         data = self._flat_targets(target_args, behaviour_log_prob)
         explained_variance = diagnostics.explained_variance(

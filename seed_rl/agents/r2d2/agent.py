@@ -20,6 +20,7 @@ import tensorflow as tf
 from seed_rl.agents import exploration
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
+from seed_rl.agents import frame_stacks
 from seed_rl.common import frames as frames_lib
 from seed_rl.agents.r2d2 import loss as loss_lib
 from seed_rl.agents.r2d2 import networks
@@ -104,6 +105,11 @@ class R2D2Agent(Agent):
       and observation_spec.dtype == "uint8"
       and len(shape) == 3
       and shape[-1] > 1
+    )
+    # Unrolls of frames (the learner stacks frames) go to replay as they
+    # are; their stacks are rebuilt in the training step.
+    self.trains_on_frames = (
+      self._store_frames_once and observation_spec.frame_stack > 1
     )
     self._dropped_sequences = 0
     self._act_fn = self._make_act_fn()
@@ -203,7 +209,9 @@ class R2D2Agent(Agent):
       "core_c": unrolls.core_state[1].astype(np.float32),
       "policy_version": unrolls.policy_version.mean(axis=1),
     }
-    if self._store_frames_once:
+    if unrolls.frame_stack > 1:
+      items["frames"] = unrolls.observation  # [B, k-1 + T+1, H, W]
+    elif self._store_frames_once:
       items["frames"], items["first_stack"] = frames_lib.compress(
         unrolls.observation
       )
@@ -256,7 +264,9 @@ class R2D2Agent(Agent):
     beta = cfg.importance_sampling_exponent_at(step)
     self._replay.set_importance_sampling_exponent(beta)
     indices, items, weights = self._replay.sample(cfg.batch_size)
-    if self._store_frames_once:
+    if self.trains_on_frames:
+      observation = items["frames"]  # stacked in the training step
+    elif self._store_frames_once:
       observation = frames_lib.decompress(
         items["frames"],
         items["first_stack"],
@@ -386,10 +396,19 @@ class R2D2Agent(Agent):
     # and the weights, [B, ...], along axis 0.
     batch_axes = (1,) * (len(signature) - 2) + (0, 0)
 
+    obs_spec = self.observation_spec if self.trains_on_frames else None
+
     @tf.function(input_signature=signature)
     def train_fn(*args):
-      """One update on the fields of loss_lib.Sequences, then weights [B];
-      -> loss, priorities [B] (in batch order), metrics."""
+      """One update on the fields of loss_lib.Sequences (observations as
+      frames when the agent trains on frames), then weights [B]; -> loss,
+      priorities [B] (in batch order), metrics."""
+      if obs_spec is not None:
+        # Fields 4 and 5: terminated, truncated [T+1, B].
+        observation = frame_stacks.observations(
+          obs_spec, args[0], args[4][1:], args[5][1:]
+        )
+        args = (observation,) + args[1:]
       with multi_device.training_scope(strategy):
         variables = online.trainable_variables
         gradients, norm_gradients, metrics, priorities = (
@@ -412,7 +431,11 @@ class R2D2Agent(Agent):
     obs_spec, act_spec = self.observation_spec, self.action_spec
     t1, b, units = cfg.unroll_length + 1, cfg.batch_size, cfg.lstm_units
     return [
-      tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
+      (
+        frame_stacks.frames_spec(obs_spec, t1, b)
+        if self.trains_on_frames
+        else tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype)
+      ),
       tf.TensorSpec([t1, b], act_spec.dtype),
       tf.TensorSpec([t1, b], act_spec.dtype),
       tf.TensorSpec([t1, b], tf.float32),

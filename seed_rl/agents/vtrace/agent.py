@@ -8,6 +8,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 import tensorflow as tf
 
+from seed_rl.agents import frame_stacks
 from seed_rl.agents import learning
 from seed_rl.agents import multi_device
 from seed_rl.agents import queue_fed
@@ -47,6 +48,9 @@ def policy_distribution(
 
 class VtraceAgent(queue_fed.QueueAgent):
   """IMPALA actor-critic trained with V-trace on a bounded unroll queue."""
+
+  # Frame stacks are rebuilt in the training step (agents/frame_stacks.py).
+  trains_on_frames = True
 
   def __init__(
     self,
@@ -263,13 +267,14 @@ class VtraceAgent(queue_fed.QueueAgent):
 
   def _train_signature(self):
     """A minibatch of B' = batch_size / num_minibatches unrolls: time-major
-    [T+1, B'] observation, prev_action, action, reward, terminated,
-    truncated, bootstrap_value and behaviour params, then the core state."""
+    [T+1, B'] observation (frames [k-1 + T+1, B', H, W] when the learner
+    stacks frames), prev_action, action, reward, terminated, truncated,
+    bootstrap_value and behaviour params, then the core state."""
     cfg = self.config
     obs_spec, act_spec = self.observation_spec, self.action_spec
     t1, b = cfg.unroll_length + 1, cfg.batch_size // cfg.num_minibatches
     return [
-      tf.TensorSpec((t1, b) + obs_spec.shape, obs_spec.dtype),
+      frame_stacks.frames_spec(obs_spec, t1, b),
       tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
       tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
       tf.TensorSpec([t1, b], tf.float32),
@@ -281,7 +286,7 @@ class VtraceAgent(queue_fed.QueueAgent):
     ]
 
   def _make_train_fn(self):
-    cfg = self.config
+    cfg, obs_spec = self.config, self.observation_spec
     network, distribution = self._network, self._distribution
 
     def loss_and_gradients(
@@ -297,6 +302,9 @@ class VtraceAgent(queue_fed.QueueAgent):
     ):
       """Gradients of the mean loss over this [T+1, B'] batch, metrics."""
       done = tf.logical_or(terminated, truncated)
+      observation = frame_stacks.observations(
+        obs_spec, observation, terminated[1:], truncated[1:]
+      )
       variables = network.trainable_variables
       with tf.GradientTape() as tape:
         params, baseline = network.unroll(
