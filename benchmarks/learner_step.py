@@ -91,9 +91,15 @@ def main() -> None:
   t1 = agent.unroll_length + 1
   num_params = act_spec.num_values if act_spec.is_discrete else 2
   core = agent.initial_core_state(b)
+  # Unrolls as the runtime hands them: frames for an agent that trains on
+  # them (frame stacking), else stacks.
+  k = obs_spec.frame_stack if agent.trains_on_frames else 1
   unroll = Unroll(
     env_ids=np.arange(b, dtype=np.int32),
-    observation=_random(obs_spec, (b, t1) + obs_spec.shape, rng),
+    observation=_random(
+      obs_spec, (b, k - 1 + t1) + obs_spec.shape[: -1 if k > 1 else None], rng
+    ),
+    frame_stack=k,
     reward=rng.standard_normal((b, t1)).astype(np.float32),
     terminated=np.zeros((b, t1), bool),
     truncated=np.zeros((b, t1), bool),

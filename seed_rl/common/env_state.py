@@ -188,10 +188,12 @@ class EnvStateTable:
         rows = self.stack[first : first + hi - lo].view()
         rows.flags.writeable = False
         return rows
-      ids = index_ids(env_ids)
       if out is None or out.dtype != self.stack.dtype:
-        return self.stack[ids]  # a gather: a copy
-      np.take(self.stack, ids, axis=0, out=out)
+        out = np.empty((len(frames),) + self.stack.shape[1:], self.stack.dtype)
+      # Run by run: contiguous copies (a gather by index, np.take with
+      # `out`, buffers and was half the inference thread's time).
+      for lo, hi, first in spans:
+        np.copyto(out[lo:hi], self.stack[first : first + hi - lo])
       return out
     elif self._packed:
       packed = (self._words[env_ids] >> 8) | (frames.astype(np.uint32) << 24)
