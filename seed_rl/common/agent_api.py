@@ -270,6 +270,7 @@ def check_unroll(
   action_spec: ArraySpec,
   required_extras: Optional[Mapping[str, Tuple[int, ...]]] = None,
   core_state_shapes: Sequence[Tuple[int, ...]] = (),
+  trains_on_frames: bool = False,
 ) -> None:
   """Raises ValueError unless `unroll` holds B unrolls of T+1 steps.
 
@@ -287,8 +288,17 @@ def check_unroll(
       agent's `act` stores and its training reads.
     core_state_shapes: shape after [B] of each core_state array; () for
       feed-forward agents.
+    trains_on_frames: the agent's `trains_on_frames`: with frame stacking
+      (`observation_spec.frame_stack` > 1) it takes unrolls of frames only.
   """
   b, t1 = unroll.batch_size, unroll_length + 1
+  k = observation_spec.frame_stack
+  if trains_on_frames and k > 1 and unroll.frame_stack != k:
+    raise ValueError(
+      f"Unroll.frame_stack is {unroll.frame_stack}, but this agent trains on "
+      f"unrolls of frames (observation spec frame_stack {k}): the learner "
+      "hands them over as frames when its LearnerConfig.frame_stack matches"
+    )
   _check_unroll_steps(unroll, b, t1, observation_spec, action_spec)
   _check_action_range(unroll, action_spec)
   _check_unroll_extras(unroll, b, t1, required_extras or {})

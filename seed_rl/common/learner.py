@@ -92,7 +92,7 @@ class Learner:
     )
     # Frame-stacked observations go into unrolls as frames, each once (a
     # k-fold saving of the unrolls' memory and of what training is handed);
-    # `_hand_over` rebuilds stacks for agents that train on stacks.
+    # `_record_step` rebuilds stacks for agents that train on stacks.
     self._frame_depth = (
       self.config.frame_stack if self.state.stack is not None else 1
     )
@@ -303,10 +303,10 @@ class Learner:
     )
     return (inputs if final is None else concat_inputs(inputs, final)), stored
 
-  def _stacks_out(self, size: int) -> Optional[np.ndarray]:
+  def _stacks_out(self, size: int) -> np.ndarray:
     """[size, *stacked_shape] for this step's inference stacks: the buffer
     of earlier steps when nothing holds it any more (a fresh ~1 MB array
-    per step costs page faults), else None (a new one)."""
+    per step costs page faults), else a new buffer."""
     buffer = self._stacks_buffer
     # References: the attribute, `buffer` and getrefcount's argument.
     if buffer is None or buffer.shape[0] < size or sys.getrefcount(buffer) > 3:

@@ -3,6 +3,8 @@ stacks the learner's per-env history built, step by step: episode starts,
 restarts, overlapping unrolls, envs appended in subsets and unrolls shorter
 than the stack included."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -105,3 +107,33 @@ def test_stacked_unroll_leaves_stacks_alone():
     policy_version=np.zeros((1, 2), np.int64),
   )
   assert frames_lib.stacked_unroll(unroll) is unroll
+
+
+def test_an_agent_on_frames_refuses_stacks_by_name():
+  from seed_rl.common.agent_api import check_unroll
+
+  unroll = Unroll(
+    env_ids=np.zeros(1, np.int32),
+    observation=np.zeros((1, 3, 6, 5, 4), np.uint8),
+    reward=np.zeros((1, 3), np.float32),
+    terminated=np.zeros((1, 3), bool),
+    truncated=np.zeros((1, 3), bool),
+    bootstrap_value=np.zeros((1, 3), np.float32),
+    prev_action=np.zeros((1, 3), np.int32),
+    action=np.zeros((1, 3), np.int32),
+    value=np.zeros((1, 3), np.float32),
+    extras={},
+    core_state=(),
+    policy_version=np.zeros((1, 3), np.int64),
+  )
+  spec = ArraySpec((6, 5, 4), "uint8", frame_stack=4)
+  action = ArraySpec((), "int32", num_values=2)
+  check_unroll(unroll, 2, spec, action)  # stacks, for an agent on stacks
+  with pytest.raises(ValueError, match="trains on unrolls of frames"):
+    check_unroll(unroll, 2, spec, action, trains_on_frames=True)
+  frames = dataclasses.replace(
+    unroll, observation=np.zeros((1, 6, 6, 5), np.uint8), frame_stack=4
+  )
+  check_unroll(frames, 2, spec, action, trains_on_frames=True)
+  with pytest.raises(ValueError, match="must be built with the same"):
+    check_unroll(frames, 2, spec.replace(frame_stack=1), action)

@@ -225,6 +225,7 @@ class PPOAgent(queue_fed.RawActionAgent):
       self.observation_spec,
       self.action_spec,
       required_extras=extras,
+      trains_on_frames=self.trains_on_frames,
     )
     env_ids = unrolls.env_ids
     if (

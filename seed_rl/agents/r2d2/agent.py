@@ -196,6 +196,7 @@ class R2D2Agent(Agent):
       self.action_spec,
       required_extras={Q_ACTION: ()},
       core_state_shapes=[(units,), (units,)],
+      trains_on_frames=self.trains_on_frames,
     )
     done = unrolls.terminated | unrolls.truncated
     items = {

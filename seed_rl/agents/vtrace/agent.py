@@ -174,6 +174,7 @@ class VtraceAgent(queue_fed.QueueAgent):
       self.action_spec,
       required_extras={BEHAVIOUR_PARAMS: (self._distribution.num_params,)},
       core_state_shapes=self._core_state_shapes,
+      trains_on_frames=self.trains_on_frames,
     )
     self._queue.put(unrolls)
 
