@@ -91,41 +91,36 @@ def test_frame_store_checks_its_depth():
     UnrollStore(2, 3, frame_depth=0)
 
 
-def test_stacked_unroll_leaves_stacks_alone():
-  unroll = Unroll(
+def _one_unroll(observation):
+  """One unroll of T+1 = observation.shape[1] steps, zeros but for
+  `observation`."""
+  t1 = observation.shape[1]
+  zeros = lambda dtype: np.zeros((1, t1), dtype)
+  return Unroll(
     env_ids=np.zeros(1, np.int32),
-    observation=np.ones((1, 2, 3, 4), np.uint8),
-    reward=np.zeros((1, 2), np.float32),
-    terminated=np.zeros((1, 2), bool),
-    truncated=np.zeros((1, 2), bool),
-    bootstrap_value=np.zeros((1, 2), np.float32),
-    prev_action=np.zeros((1, 2), np.int32),
-    action=np.zeros((1, 2), np.int32),
-    value=np.zeros((1, 2), np.float32),
+    observation=observation,
+    reward=zeros(np.float32),
+    terminated=zeros(bool),
+    truncated=zeros(bool),
+    bootstrap_value=zeros(np.float32),
+    prev_action=zeros(np.int32),
+    action=zeros(np.int32),
+    value=zeros(np.float32),
     extras={},
     core_state=(),
-    policy_version=np.zeros((1, 2), np.int64),
+    policy_version=zeros(np.int64),
   )
+
+
+def test_stacked_unroll_leaves_stacks_alone():
+  unroll = _one_unroll(np.ones((1, 2, 3, 4), np.uint8))
   assert frames_lib.stacked_unroll(unroll) is unroll
 
 
 def test_an_agent_on_frames_refuses_stacks_by_name():
   from seed_rl.common.agent_api import check_unroll
 
-  unroll = Unroll(
-    env_ids=np.zeros(1, np.int32),
-    observation=np.zeros((1, 3, 6, 5, 4), np.uint8),
-    reward=np.zeros((1, 3), np.float32),
-    terminated=np.zeros((1, 3), bool),
-    truncated=np.zeros((1, 3), bool),
-    bootstrap_value=np.zeros((1, 3), np.float32),
-    prev_action=np.zeros((1, 3), np.int32),
-    action=np.zeros((1, 3), np.int32),
-    value=np.zeros((1, 3), np.float32),
-    extras={},
-    core_state=(),
-    policy_version=np.zeros((1, 3), np.int64),
-  )
+  unroll = _one_unroll(np.zeros((1, 3, 6, 5, 4), np.uint8))
   spec = ArraySpec((6, 5, 4), "uint8", frame_stack=4)
   action = ArraySpec((), "int32", num_values=2)
   check_unroll(unroll, 2, spec, action)  # stacks, for an agent on stacks

@@ -115,8 +115,10 @@ class PPOUpdate:
     them (`observations`)."""
     if self._observations is None:
       return tuple(target_args)
-    observation, raw_action, rewards, terminated, truncated = target_args[:5]
-    observation = self._observations(observation, terminated, truncated)
+    # (observation, raw_action, rewards, terminated, truncated, ...)
+    observation = self._observations(
+      target_args[0], target_args[3], target_args[4]
+    )
     return (observation,) + tuple(target_args[1:])
 
   def _batch_targets(self, *target_args):
