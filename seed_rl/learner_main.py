@@ -168,10 +168,10 @@ def main(argv=None) -> int:
     server_security = _check_args(args)
     tf_startup.import_tensorflow()  # before anything else loads it
     run = _build(args)
+    checkpointer = _open_logdir(args, run)
   except _SetupError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  checkpointer = _open_logdir(args, run)
   profiler = _profiler(args.profile)
   learner = _learner(run, checkpointer, profiler)
   if args.hypertune_metric:
@@ -332,10 +332,24 @@ def _open_logdir(args: argparse.Namespace, run: _Run):
   from seed_rl.common import saved_run
   from seed_rl.common.checkpoints import Checkpointer
 
+  replay = None
+  if run.config.checkpoint_replay:
+    if not run.agent.keeps_replay:
+      raise _SetupError(
+        f"LearnerConfig.checkpoint_replay is set but the '{args.agent}' "
+        "agent keeps no replay (r2d2, dqn, sac, td3 and acer do)"
+      )
+    replay = run.agent
   checkpointer = Checkpointer(
-    os.path.join(run.logdir, "checkpoints"), run.agent.checkpoint_objects()
+    os.path.join(run.logdir, "checkpoints"),
+    run.agent.checkpoint_objects(),
+    replay=replay,
+    log=metrics.log,
   )
-  restored = checkpointer.restore()
+  try:
+    restored = checkpointer.restore()
+  except ValueError as e:  # a saved replay that does not fit this run
+    raise _SetupError(e) from e
   if restored:
     metrics.log(
       f"[learner] resumed from {restored}: learner step "

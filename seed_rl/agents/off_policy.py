@@ -191,6 +191,14 @@ class OffPolicyAgent(Agent):
     self._act_generator = make_generator(cfg.seed, 0)
     self._train_generator = make_generator(cfg.seed, 1)
 
+  keeps_replay = True
+
+  def replay_state(self) -> Dict[str, Any]:
+    return self._data.state_dict()
+
+  def load_replay_state(self, state: Mapping[str, Any]) -> None:
+    self._data.load_state_dict(dict(state))
+
   def _adam(self, learning_rate: float, variables) -> optimizers.Optimizer:
     return learning.adam(self.config, learning_rate, variables)
 

@@ -147,6 +147,10 @@ class Agent(abc.ABC):
   # the learner stacks frames, and rebuilds the stacks where it trains;
   # False: the runtime rebuilds them before `add_unrolls`.
   trains_on_frames: bool = False
+  # True: the agent keeps a replay that `replay_state` copies out for a
+  # checkpoint (LearnerConfig.checkpoint_replay) and `load_replay_state`
+  # puts back in a resumed run.
+  keeps_replay: bool = False
 
   def __init__(
     self, observation_spec: ArraySpec, action_spec: ArraySpec, num_envs: int
@@ -184,6 +188,17 @@ class Agent(abc.ABC):
   @abc.abstractmethod
   def checkpoint_objects(self) -> Dict[str, Any]:
     """Trackables for tf.train.Checkpoint (networks, optimizer, normalizers)."""
+
+  def replay_state(self) -> Dict[str, np.ndarray]:
+    """What the replay holds, name -> NumPy array (no objects), consistent
+    at one instant; only agents that keep a replay have one."""
+    raise ValueError(f"{type(self).__name__} keeps no replay")
+
+  def load_replay_state(self, state: Mapping[str, np.ndarray]) -> None:
+    """Puts a `replay_state` back; ValueError naming what differs from
+    this agent's replay settings."""
+    del state
+    raise ValueError(f"{type(self).__name__} keeps no replay")
 
   def stop(self) -> None:  # noqa: B027 (a no-op unless the agent blocks)
     """Unblocks `train_step` and `add_unrolls` at shutdown."""

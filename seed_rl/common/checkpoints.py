@@ -12,6 +12,10 @@ Durable and never half-read:
     returns None; training goes on and the next interval tries again.
   - Temporary files left by a save that was killed are removed on start.
 
+With `replay` (LearnerConfig.checkpoint_replay) every checkpoint also
+carries the agent's replay (seed_rl.common.replay_state), written before the
+index points at the checkpoint and restored with it.
+
 Fault injection (tests/faults/test_faults.py): $SEED_RL_FAULT_CHECKPOINT_DELAY_S
 makes every save pause that long after writing its files and before the
 index points at them, so a test can kill the learner during a save.
@@ -26,9 +30,11 @@ import os
 import re
 import shutil
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
+
+from seed_rl.common import replay_state
 
 _PREFIX = "ckpt"
 _NUMBER = re.compile(rf"{_PREFIX}-(\d+)$")
@@ -107,15 +113,26 @@ class Checkpointer:
     directory: where checkpoints live (usually `<logdir>/checkpoints`).
     objects: name -> trackable (networks, optimizers, step variables).
     max_to_keep: older checkpoints are deleted beyond this many.
+    replay: an agent that keeps a replay (`Agent.keeps_replay`) whose
+      replay goes with every checkpoint; None: checkpoints without replay.
+    log: where the replay's save and restore are reported.
   """
 
   def __init__(
-    self, directory: str, objects: Dict[str, Any], max_to_keep: int = 3
+    self,
+    directory: str,
+    objects: Dict[str, Any],
+    max_to_keep: int = 3,
+    replay: Optional[Any] = None,
+    log: Callable[[str], None] = logging.info,
   ):
     if max_to_keep < 1:
       raise ValueError(f"max_to_keep must be >= 1, got {max_to_keep}")
     self.directory = directory
     self.max_to_keep = max_to_keep
+    self._replay = replay
+    self._log = log
+    self.replay_written: Optional[replay_state.Written] = None
     self._env_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
     self._checkpoint = tf.train.Checkpoint(env_steps=self._env_steps, **objects)
     # Created now so that write() stores it, as CheckpointManager.save did
@@ -141,7 +158,37 @@ class Checkpointer:
     # Objects missing from the checkpoint would silently start from
     # scratch: refuse instead (e.g. a logdir written by another agent).
     status.assert_existing_objects_matched()
+    if self._replay is not None:
+      self._restore_replay(path)
     return path
+
+  def _restore_replay(self, checkpoint: str) -> None:
+    """Puts the replay saved with `checkpoint` back, if it has one."""
+    path = replay_state.path_for(checkpoint)
+    if not os.path.exists(path):
+      self._log(
+        f"[learner] {checkpoint} has no saved replay: replay starts empty"
+      )
+      return
+    start = time.monotonic()
+    try:
+      state = replay_state.read(path)
+    except ValueError as e:
+      self._log(f"[learner] {e}: replay starts empty")
+      return
+    try:
+      self._replay.load_replay_state(state)
+    except (ValueError, KeyError) as e:
+      raise ValueError(
+        f"{path}: the saved replay does not fit this run ({e}); to resume "
+        "with an empty replay, delete that file or set "
+        "LearnerConfig.checkpoint_replay = False"
+      ) from e
+    self._log(
+      f"[learner] replay restored from {path} "
+      f"({os.path.getsize(path) / 2**20:.1f} MiB in "
+      f"{time.monotonic() - start:.1f} s)"
+    )
 
   # ------------------------------------------------------------- writing --
   def save(self, env_steps: int) -> Optional[str]:
@@ -154,6 +201,10 @@ class Checkpointer:
       os.makedirs(self.directory, exist_ok=True)
       self._checkpoint.save_counter.assign(number)
       path = self._checkpoint.write(prefix)
+      if self._replay is not None:
+        self.replay_written = replay_state.write(
+          replay_state.path_for(path), self._replay.replay_state
+        )
       delay = float(os.environ.get(_DELAY_ENV) or 0)
       if delay > 0:
         time.sleep(delay)
@@ -176,6 +227,12 @@ class Checkpointer:
     for old in existing:
       if old not in keep:
         self._delete(old)
+    if self._replay is not None and self.replay_written is not None:
+      written = self.replay_written
+      self._log(
+        f"[learner] replay saved with {os.path.basename(path)}: "
+        f"{written.bytes / 2**20:.1f} MiB in {written.seconds:.1f} s"
+      )
     return path
 
   # ------------------------------------------------------------- helpers --

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Tuple
+from typing import Dict, Mapping, Tuple
 
 import numpy as np
 
@@ -166,6 +166,36 @@ class FrameBlockStore:
     self._extended[slots, self.depth - 1 :] = frames
     self._last_start[slots] = _last_start(done, self.depth)
     return ids
+
+  def state_dict(self) -> Dict[str, np.ndarray]:
+    """Copies of the blocks written so far and the next block id."""
+    with self._lock:
+      written = min(self._next_id, self.capacity)
+      return {
+        "next_id": np.asarray(self._next_id, np.int64),
+        "extended": self._extended[:written].copy(),
+        "last_start": self._last_start[:written].copy(),
+      }
+
+  def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    """Replaces the blocks with a `state_dict` of a store of the same
+    shape; ValueError naming what differs."""
+    next_id = int(state["next_id"])
+    written = min(next_id, self.capacity)
+    extended = np.asarray(state["extended"])
+    last_start = np.asarray(state["last_start"])
+    expected = (written,) + self._extended.shape[1:]
+    if extended.shape != expected or last_start.shape != (written, self.steps):
+      raise ValueError(
+        f"the saved frame blocks are {list(extended.shape)} (and "
+        f"{list(last_start.shape)}), this run's store holds "
+        f"{list(expected)} after {next_id} blocks: capacity, unroll length, "
+        "frame shape or stack depth differ"
+      )
+    with self._lock:
+      self._extended[:written] = extended
+      self._last_start[:written] = last_start
+      self._next_id = next_id
 
   def oldest_alive(self) -> int:
     """The smallest block id not yet overwritten."""

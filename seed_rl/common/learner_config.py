@@ -50,6 +50,10 @@ class LearnerConfig:
     CleanRL's EpisodicLifeEnv do, without resetting the game. Returns,
     `episode/return`, eval envs and seed_rl.evaluate still count whole
     games with all lives. No effect on envs without lives (Pong).
+  checkpoint_replay: every checkpoint also saves the agent's replay, and a
+    resumed run restores it (agents that keep one: R2D2, DQN, SAC, TD3,
+    ACER; seed_rl/common/replay_state.py). Costs a copy of the replay in
+    memory while saving and its size on disk per kept checkpoint.
   """
 
   inference_batch_size: Optional[int] = None
@@ -70,6 +74,7 @@ class LearnerConfig:
   training_devices: Optional[Tuple[str, ...]] = None
   inference_device: Optional[str] = None
   terminal_on_life_loss: bool = False
+  checkpoint_replay: bool = False
 
   def __post_init__(self):
     if self.training_devices is not None:

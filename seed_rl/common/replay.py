@@ -15,6 +15,10 @@ capacity and uint8 observations stay uint8.
 Threads: the inference thread inserts while the training thread samples and
 updates priorities; one lock guards each replay.
 
+`state_dict` / `load_state_dict` copy a replay and its limiter's counters
+out and back as NumPy arrays only (no pickle), for checkpoints that keep
+replay (seed_rl.common.replay_state).
+
 `RateLimiter` holds samples-per-insert near a target (Reverb's
 SampleToInsertRatio, drlbox's replay_ratio) so training neither starves nor
 overfits a small replay.
@@ -22,6 +26,7 @@ overfits a small replay.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Dict, Mapping, Optional, Tuple
@@ -31,6 +36,14 @@ import numpy as np
 # Floor applied to stored priorities so that every item stays reachable: an
 # item at priority 0 could never be sampled and so never be re-prioritized.
 MIN_PRIORITY = 1e-6
+
+
+def sub_state(
+  state: Mapping[str, np.ndarray], name: str
+) -> Dict[str, np.ndarray]:
+  """The entries of a state dict under `name/`, that prefix removed."""
+  prefix = name + "/"
+  return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 class SumTree:
@@ -382,6 +395,73 @@ class PrioritizedReplay:
       self._max_priority = max(self._max_priority, float(raw.max()))
       self._tree.set(slots[fresh], raw**self._alpha)
 
+  # --------------------------------------------------------- persistence --
+  def state_dict(self) -> Dict[str, np.ndarray]:
+    """Copies of what the replay holds (name -> array, NumPy types only):
+    its items, priorities (after the exponent), slot generations, write
+    position, largest priority and the sampler's generator state."""
+    with self._lock:
+      n = self._size
+      state = {
+        "capacity": np.asarray(self._capacity, np.int64),
+        "uniform": np.asarray(self._uniform),
+        "priority_exponent": np.asarray(self._alpha, np.float64),
+        "next": np.asarray(self._next, np.int64),
+        "size": np.asarray(n, np.int64),
+        "max_priority": np.asarray(self._max_priority, np.float64),
+        "generation": self._generation.copy(),
+        "rng": np.asarray(json.dumps(self._rng.bit_generator.state)),
+      }
+      if self._tree is not None:
+        state["priorities"] = self._tree.get(np.arange(n))
+      for key, value in (self._storage or {}).items():
+        state[f"item/{key}"] = value[:n].copy()
+      return state
+
+  def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    """Replaces the contents with a `state_dict` of a replay of the same
+    capacity, exponent and kind; ValueError naming what differs."""
+    saved = {
+      "capacity": int(state["capacity"]),
+      "uniform": bool(state["uniform"]),
+      "priority_exponent": float(state["priority_exponent"]),
+    }
+    ours = {
+      "capacity": self._capacity,
+      "uniform": self._uniform,
+      "priority_exponent": self._alpha,
+    }
+    if saved != ours:
+      raise ValueError(
+        f"the saved replay was {saved}, this run's replay is {ours}"
+      )
+    n = int(state["size"])
+    items = {
+      key[len("item/") :]: np.asarray(value)
+      for key, value in state.items()
+      if key.startswith("item/")
+    }
+    bad = {k: v.shape for k, v in items.items() if v.shape[:1] != (n,)}
+    if not 0 <= n <= self._capacity or bad or (n and not items):
+      raise ValueError(
+        f"the saved replay holds {n} items but its arrays are {bad or 'none'}"
+      )
+    with self._lock:
+      self._storage = None
+      if items:
+        self._allocate(items)
+        assert self._storage is not None
+        for key, value in items.items():
+          self._storage[key][:n] = value
+      self._generation[:] = np.asarray(state["generation"], np.int64)
+      if self._tree is not None:
+        self._tree = SumTree(self._capacity)
+        self._tree.set(np.arange(n), np.asarray(state["priorities"]))
+      self._next = int(state["next"])
+      self._size = n
+      self._max_priority = float(state["max_priority"])
+      self._rng.bit_generator.state = json.loads(str(state["rng"]))
+
 
 class RateLimiter:
   """Keeps samples per insert near `samples_per_insert` once warmed up.
@@ -504,6 +584,22 @@ class RateLimiter:
   @property
   def num_sampled(self) -> int:
     return self._sampled
+
+  def state_dict(self) -> Dict[str, np.ndarray]:
+    """The counts of inserted and sampled items."""
+    with self._cond:
+      return {
+        "inserted": np.asarray(self._inserted, np.int64),
+        "sampled": np.asarray(self._sampled, np.int64),
+      }
+
+  def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    """Resumes the counts of a `state_dict`, so the ratio goes on where it
+    was (a replay restored with it needs no new warm-up)."""
+    with self._cond:
+      self._inserted = int(state["inserted"])
+      self._sampled = int(state["sampled"])
+      self._cond.notify_all()
 
   def metrics(self) -> Dict[str, float]:
     with self._cond:

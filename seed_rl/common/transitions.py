@@ -346,6 +346,37 @@ class TransitionReplay:
     sampled = self.sample_with_keys()
     return None if sampled is None else sampled[1]
 
+  def state_dict(self) -> Dict[str, np.ndarray]:
+    """The replay, its limiter's counts and the frame blocks, taken
+    together (name -> array; see PrioritizedReplay.state_dict)."""
+    with self._frames_lock:
+      parts = {"replay": self.replay, "limiter": self.limiter}
+      if self.frames is not None:
+        parts["frames"] = self.frames
+      return {
+        f"{name}/{key}": value
+        for name, part in parts.items()
+        for key, value in part.state_dict().items()
+      } | {"dropped_unrolls": np.asarray(self.dropped_unrolls, np.int64)}
+
+  def load_state_dict(self, state: Dict[str, np.ndarray]) -> None:
+    """Resumes a `state_dict` of a replay with the same settings."""
+    has_frames = any(key.startswith("frames/") for key in state)
+    if has_frames != (self.frames is not None):
+      raise ValueError(
+        "the saved replay "
+        + ("stores frames once" if has_frames else "stores observations")
+        + ", this run's "
+        + ("stores frames once" if self.frames else "stores observations")
+      )
+    parts = {"replay": self.replay, "limiter": self.limiter}
+    if self.frames is not None:
+      parts["frames"] = self.frames
+    with self._frames_lock:
+      for name, part in parts.items():
+        part.load_state_dict(replay_lib.sub_state(state, name))
+      self.dropped_unrolls = int(state["dropped_unrolls"])
+
   def metrics(self) -> Dict[str, float]:
     result = self.limiter.metrics()
     result["replay/size"] = float(len(self.replay))

@@ -16,8 +16,8 @@ Poisson(replay_ratio) or the running floor of replay_ratio (ACERConfig).
 With `trust_region`, an average policy network (a Polyak average of the
 whole network, of which only the policy head is read) bounds each update as
 in section 3.3 of the paper (loss.trust_region_gradient). Replay contents
-are not checkpointed: a resumed run trains on-policy until replay holds
-min_replay_size unrolls again.
+go to checkpoints only with LearnerConfig.checkpoint_replay; else a resumed
+run trains on-policy until replay holds min_replay_size unrolls again.
 
 With LearnerConfig.training_devices every update (on-policy or replayed:
 replay hands out whole unrolls as before) is data parallel
@@ -247,6 +247,14 @@ class ACERAgent(Agent):
     owed = int(math.floor(self._replay_credit))
     self._replay_credit -= owed
     return owed
+
+  keeps_replay = True
+
+  def replay_state(self) -> Dict[str, Any]:
+    return self._replay.state_dict()
+
+  def load_replay_state(self, state: Mapping[str, Any]) -> None:
+    self._replay.load_state_dict(state)
 
   def checkpoint_objects(self) -> Dict[str, Any]:
     objects: Dict[str, Any] = {

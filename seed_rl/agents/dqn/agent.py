@@ -250,8 +250,17 @@ class DQNAgent(Agent):
     )
     return result
 
+  keeps_replay = True
+
+  def replay_state(self) -> Dict[str, Any]:
+    return self._data.state_dict()
+
+  def load_replay_state(self, state: Mapping[str, Any]) -> None:
+    self._data.load_state_dict(dict(state))
+
   def checkpoint_objects(self) -> Dict[str, Any]:
-    # Replay contents are not checkpointed: a restored run refills replay
+    # Replay contents go to checkpoints only with
+    # LearnerConfig.checkpoint_replay; else a restored run refills replay
     # (min_replay_size transitions) before training resumes.
     # The variable lists are explicit because tf.train.Checkpoint does not
     # follow Keras 3 layers kept in Python lists: the built-in torsos avoid

@@ -32,6 +32,7 @@ from seed_rl.common import optimizers
 from seed_rl.agents import target_network
 from seed_rl.common.agent_api import ActInputs, ActOutputs, Agent, Unroll
 from seed_rl.common.replay import PrioritizedReplay, RateLimiter
+from seed_rl.common.replay import sub_state as replay_sub_state
 from seed_rl.common.specs import ArraySpec
 
 # ActOutputs.extras / Unroll.extras name of Q(s_t, a_t) for the action taken
@@ -310,6 +311,22 @@ class R2D2Agent(Agent):
       cfg.batch_size * (self.unroll_length + 1 - cfg.burn_in)
     )
     return result
+
+  keeps_replay = True
+
+  def replay_state(self) -> Dict[str, Any]:
+    state = {f"replay/{k}": v for k, v in self._replay.state_dict().items()}
+    state.update(
+      {f"limiter/{k}": v for k, v in self._limiter.state_dict().items()}
+    )
+    state["dropped_sequences"] = np.asarray(self._dropped_sequences, np.int64)
+    return state
+
+  def load_replay_state(self, state: Mapping[str, Any]) -> None:
+    state = dict(state)
+    self._replay.load_state_dict(replay_sub_state(state, "replay"))
+    self._limiter.load_state_dict(replay_sub_state(state, "limiter"))
+    self._dropped_sequences = int(state["dropped_sequences"])
 
   def checkpoint_objects(self) -> Dict[str, Any]:
     return {

@@ -656,3 +656,21 @@ def test_gin_files_parse_into_a_valid_config(env):
     config = DQNConfig()
   assert config.dueling and config.double_q and config.n_step == 3
   assert config.unroll_overlap == 3
+
+
+def test_a_checkpoint_with_replay_resumes_training_where_it_was(tmp_path):
+  """LearnerConfig.checkpoint_replay: a fresh agent restored from the
+  checkpoint trains on the same prioritized samples to the same loss."""
+  from seed_rl.common.checkpoints import Checkpointer
+
+  agent = agent_lib.DQNAgent(OBS, ACT, 2, _config(min_replay_size=20))
+  _fill(agent, num_unrolls=6)
+  agent.train_step()
+  directory = str(tmp_path / "checkpoints")
+  Checkpointer(directory, agent.checkpoint_objects(), replay=agent).save(1)
+  fresh = agent_lib.DQNAgent(OBS, ACT, 2, _config(min_replay_size=20, seed=4))
+  Checkpointer(directory, fresh.checkpoint_objects(), replay=fresh).restore()
+  assert len(fresh.replay) == len(agent.replay) > 20
+  expected, resumed = agent.train_step(), fresh.train_step()
+  for name in ("loss/td", "q/mean"):
+    assert resumed[name] == expected[name], name

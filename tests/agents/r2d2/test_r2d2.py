@@ -671,3 +671,32 @@ def test_gin_files_parse(domain):
     assert cfg.burn_in + cfg.n_step < cfg.unroll_length
   finally:
     gin.clear_config()
+
+
+def test_a_checkpoint_with_replay_resumes_training_where_it_was(tmp_path):
+  """LearnerConfig.checkpoint_replay: a fresh agent restored from the
+  checkpoint trains at once (no new warm-up) on the same samples, to the
+  same loss, as the agent that was saved."""
+  from seed_rl.common.checkpoints import Checkpointer
+
+  config = _config(min_replay_size=16, rate_limiter_error_buffer=8.0)
+  agent = R2D2Agent(OBS, ACTIONS, 4, config)
+  rng = np.random.default_rng(3)
+  for _ in range(3):
+    agent.add_unrolls(_unrolls(rng, agent, 8))
+  agent.train_step()
+  directory = str(tmp_path / "checkpoints")
+  Checkpointer(directory, agent.checkpoint_objects(), replay=agent).save(24)
+
+  fresh = R2D2Agent(OBS, ACTIONS, 4, dataclasses.replace(config, seed=9))
+  assert len(fresh.replay) == 0
+  Checkpointer(directory, fresh.checkpoint_objects(), replay=fresh).restore()
+  assert len(fresh.replay) == len(agent.replay) == 24
+  expected = agent.train_step()
+  resumed = fresh.train_step()  # would wait for 16 new sequences if empty
+  for name in ("loss/td", "replay/mean_priority", "q/mean"):
+    assert resumed[name] == expected[name], name
+  for a, b in zip(
+    _weights(agent.online_network), _weights(fresh.online_network)
+  ):
+    np.testing.assert_array_equal(a, b)
