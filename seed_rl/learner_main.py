@@ -129,6 +129,20 @@ def _add_server_flags(p: argparse.ArgumentParser) -> None:
     "(trusted networks only; every progress line says so)",
   )
   p.add_argument(
+    "--address_file",
+    default=None,
+    help="once serving, write this learner's host:port to this file (on "
+    "storage the actors see); actors given --server_address file:PATH "
+    "find the learner there, also after it moved to another host or port",
+  )
+  p.add_argument(
+    "--advertise_host",
+    default=None,
+    help="the host name written to --address_file (default: the host of "
+    "--server_address, or this machine's name when it binds every "
+    "interface)",
+  )
+  p.add_argument(
     "--silent_stream_timeout_s",
     type=float,
     default=SILENT_STREAM_TIMEOUT_S,
@@ -424,6 +438,14 @@ def _serve(
     silent_timeout_s=args.silent_stream_timeout_s or None,
   )
   port = server.start()
+  if args.address_file:
+    from seed_rl.grpc import address as address_lib
+
+    advertised = address_lib.advertised(
+      args.server_address, port, args.advertise_host
+    )
+    address_lib.write(args.address_file, advertised)
+    metrics.log(f"[learner] wrote {advertised} to {args.address_file}")
   evals = (
     f" + {args.num_eval_actors} eval actors" if args.num_eval_actors else ""
   )

@@ -97,7 +97,7 @@ def run_actor(  # noqa: PLR0913 (the entry point's collaborators and limits)
   watchdog.py); None waits forever.
 
   Args:
-    server_address: learner 'host:port'.
+    server_address: learner 'host:port', or 'file:PATH' (ActorClient).
     actor_id: I; the actor owns global env ids [I*K, (I+1)*K).
     num_envs: K envs stepped together.
     env_factory: (num_envs, seed) -> BatchedEnv, e.g. a domain's

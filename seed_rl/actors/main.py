@@ -118,7 +118,9 @@ def _add_placement_flags(parser: argparse.ArgumentParser) -> None:
     default="localhost:8686",
     help="the learner's host:port; "
     f"'{cluster_spec.FROM_CLUSTER_SPEC}:PORT': PORT on the host of worker "
-    "pool 0 in $CLUSTER_SPEC (Vertex AI)",
+    "pool 0 in $CLUSTER_SPEC (Vertex AI); 'file:PATH': read from the file "
+    "the learner writes (its --address_file) before every connection "
+    "attempt, so a learner moved to another host or port is found",
   )
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from seed_rl.common.specs import ArraySpec, StepBatch
 from seed_rl.common.throttle import Throttle
+from seed_rl.grpc import address as address_lib
 from seed_rl.grpc import codec
 from seed_rl.grpc import protocol
 from seed_rl.grpc import seed_rl_pb2
@@ -56,6 +57,9 @@ _RETRIABLE_HELLO_CODES = (
   grpc.StatusCode.UNAVAILABLE,
   grpc.StatusCode.DEADLINE_EXCEEDED,
   grpc.StatusCode.ALREADY_EXISTS,
+  # A Hello that reaches a learner as it shuts down (SIGTERM: a cluster
+  # moving it) is cancelled by its server; the next learner answers.
+  grpc.StatusCode.CANCELLED,
 )
 # RESOURCE_EXHAUSTED with `seed-reason: learner-busy` (every one of the
 # learner's max_workers slots in use, or this call was evicted by newer calls
@@ -164,7 +168,9 @@ class ActorClient:
     """Creates the client; call connect() (or step(), which connects).
 
     Args:
-      address: learner 'host:port'.
+      address: learner 'host:port', or 'file:PATH': the file the learner
+        writes its address to (`--address_file`), read again before every
+        connection attempt, so a learner moved elsewhere is found.
       actor_id: this actor's index, >= 0.
       num_envs: K, environments stepped by this actor, >= 1.
       observation_spec, action_spec: per-env specs of this actor's env.
@@ -185,7 +191,8 @@ class ActorClient:
       )
     if max_backoff_s <= 0:
       raise ValueError(f"max_backoff_s: {max_backoff_s}, expected > 0")
-    self._address = address
+    self._source = address_lib.LearnerAddress(address)
+    self._address = str(self._source)
     self._actor_id = actor_id
     self._num_envs = num_envs
     self._observation_spec = observation_spec
@@ -206,10 +213,10 @@ class ActorClient:
     # what the learner remembers of its previous process.
     self._sequence = random.SystemRandom().getrandbits(62) + 1
     self._auth = tuple(self._security.metadata() or ())
-    self._channel = self._security.channel(
-      address, protocol.channel_options(max_backoff_s)
-    )
-    self._stub = seed_rl_pb2_grpc.SeedRLStub(self._channel)
+    self._channel: Optional[grpc.Channel] = None
+    self._stub: Any = None
+    self._dialled: Optional[str] = None  # the address the channel is for
+    self._refresh_channel()
     self._hello: Optional[seed_rl_pb2.HelloResponse] = None
     self._requests: Optional[_RequestQueue] = None
     # The Step call: an iterator of StepResponse that also has cancel().
@@ -244,6 +251,54 @@ class ActorClient:
     if self._closed:
       raise RuntimeError("ActorClient: used after close()")
 
+  def _refresh_channel(self) -> bool:
+    """Opens a channel to the address now known (a new one when an address
+    file changed); False while the address file names none yet."""
+    address = self._source.read()
+    if address is None:
+      return False
+    if address != self._dialled:
+      if self._channel is not None:
+        logging.warning(
+          "Actor %d: the learner moved from %s to %s",
+          self._actor_id,
+          self._dialled,
+          address,
+        )
+        self._channel.close()
+      self._channel = self._security.channel(
+        address, protocol.channel_options(self._max_backoff_s)
+      )
+      self._stub = seed_rl_pb2_grpc.SeedRLStub(self._channel)
+      self._dialled = address
+      self._address = (
+        address if self._source.path is None else f"{address} ({self._source})"
+      )
+    return True
+
+  def _wait_for_address(
+    self, start: float, deadline: Optional[float], delay: float
+  ) -> float:
+    """One backoff pause while the address file names no learner yet;
+    returns the next pause (LearnerUnavailableError past the deadline)."""
+    now = time.monotonic()
+    if deadline is not None and now >= deadline:
+      raise LearnerUnavailableError(
+        f"no learner address in {self._source.path} within "
+        f"{self._connect_timeout_s}s"
+      )
+    if self._log_throttle.ready():
+      logging.warning(
+        "Actor %d waiting for the learner's address in %s, %.0fs so far",
+        self._actor_id,
+        self._source.path,
+        now - start,
+      )
+    time.sleep(
+      max(0.0, delay if deadline is None else min(delay, deadline - now))
+    )
+    return min(delay * 2, self._max_backoff_s)
+
   def _say_hello(self) -> seed_rl_pb2.HelloResponse:
     start = time.monotonic()
     deadline = (
@@ -256,6 +311,9 @@ class ActorClient:
     # deadline, often ends in DEADLINE_EXCEEDED, which says nothing).
     refusal: Optional[grpc.RpcError] = None
     while True:
+      if not self._refresh_channel():
+        delay = self._wait_for_address(start, deadline, delay)
+        continue
       attempt_timeout = _HELLO_ATTEMPT_TIMEOUT_S
       if deadline is not None:
         attempt_timeout = max(
@@ -424,7 +482,8 @@ class ActorClient:
       return
     self._closed = True
     self._drop_stream()
-    self._channel.close()
+    if self._channel is not None:
+      self._channel.close()
 
   def __enter__(self) -> "ActorClient":
     return self

@@ -385,3 +385,60 @@ def test_atari_suite_reports_each_game_against_cleanrl_and_the_regression(
   out = tmp_path / "atari5.png"
   assert suite.main(["plot", "--root", str(tmp_path), "--out", str(out)]) == 0
   assert out.stat().st_size > 10_000
+
+
+def _peer_scalars(logdir, rows):
+  """Event files as benchmarks/peer_sb3.py's SummaryWriter writes them:
+  plain scalars (simple_value) at x = agent steps."""
+  from tensorboard.compat.proto import event_pb2, summary_pb2
+  from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+  writer = EventFileWriter(str(logdir))
+  for step, tag, value in rows:
+    summary = summary_pb2.Summary(
+      value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]
+    )
+    writer.add_event(
+      event_pb2.Event(wall_time=float(step), step=step, summary=summary)
+    )
+  writer.close()
+
+
+def test_wallclock_reads_both_sides_at_the_same_minute(tmp_path):
+  """Ours: 1,000 agent steps/s, return = minutes; the peer: 250 agent
+  steps/s, return = -minutes, its last clock point past the window."""
+  import tensorflow as tf
+
+  wallclock = _benchmark_module("wallclock")
+  ours, peer = tmp_path / "ours", tmp_path / "peer"
+  writer = tf.summary.create_file_writer(str(ours))
+  with writer.as_default():
+    for minute in range(1, 31):
+      tf.summary.scalar("perf/env_steps", 60_000.0 * minute, step=minute)
+      tf.summary.scalar("perf/elapsed_s", 60.0 * minute, step=minute)
+      tf.summary.scalar("episode/return_last100", float(minute), step=minute)
+  writer.close()
+  rows = []
+  for minute in range(1, 31):
+    steps = 15_000 * minute
+    rows.append((steps, "episode/return_last100", -float(minute)))
+    rows.append((steps, "perf/elapsed_s", 60.0 * minute))
+  _peer_scalars(peer, rows)
+  out = wallclock.compare("pong", str(ours), str(peer), 20.0)
+  assert out["ours"]["agent_steps"] == 1_200_000
+  assert out["ours"]["return_last100"] == 20.0
+  assert out["peer"]["agent_steps"] == 300_000
+  assert out["peer"]["agent_steps_per_s"] == 250.0
+  assert out["peer"]["return_last100"] == -20.0
+  assert out["ours_ahead"] and out["agent_steps_ratio"] == 4.0
+  with pytest.raises(ValueError, match="short of --minutes 45"):
+    wallclock.compare("pong", str(ours), str(peer), 45.0)
+
+
+def test_replay_checkpoint_prints_what_keeping_replay_costs(capsys):
+  bench = _benchmark_module("replay_checkpoint")
+  assert bench.main(["--only", "r2d2_cartpole_4k"]) == 0
+  (line,) = capsys.readouterr().out.splitlines()
+  row = json.loads(line)
+  assert row["items"] == 4000 and row["archive_mib"] > 0
+  assert row["save_s"] > 0 and row["restore_s"] > 0

@@ -54,15 +54,7 @@ def test_restarted_learner_resumes_and_its_actors_reconnect(tmp_path):
     )
 
   def served():
-    """Env steps each actor has stepped with the learner's actions so far."""
-    out = []
-    for path in stats:
-      try:
-        with open(path) as f:
-          out.append(json.load(f)["env_steps"])
-      except FileNotFoundError:
-        out.append(0)
-    return out
+    return launch.served(stats)
 
   def resumed_at(learner):
     launch.wait_for(

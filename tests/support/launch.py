@@ -162,3 +162,16 @@ def last_step(learner: Proc) -> int:
   """The learner step of its last progress line (-1 before the first)."""
   steps = learner_steps(learner)
   return steps[-1] if steps else -1
+
+
+def served(stats_files: Sequence) -> List[int]:
+  """Env steps each actor has stepped with the learner's actions so far,
+  from their --stats_file (0 before an actor wrote one)."""
+  out = []
+  for path in stats_files:
+    try:
+      with open(path) as f:
+        out.append(json.load(f)["env_steps"])
+    except FileNotFoundError:
+      out.append(0)
+  return out

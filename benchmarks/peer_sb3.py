@@ -1,0 +1,157 @@
+"""Stable-Baselines3 PPO on Atari with the RL Zoo's settings: the peer a
+user with one small machine compares this project with, run on this machine.
+
+    benchmarks/peers/bin/python benchmarks/peer_sb3.py --game battle_zone \\
+        --minutes 25 --seed 0 --logdir /work/logs/peers/sb3/battle_zone-s0
+
+It needs its own virtual environment (PyTorch and SB3 are not dependencies
+of this project): `python3 -m venv benchmarks/peers && benchmarks/peers/bin/pip
+install -r benchmarks/requirements-peers.txt`.
+
+The run is SB3's `make_atari_env` on the game's `NoFrameskip-v4` env (no
+sticky actions; AtariWrapper: up to 30 no-op starts, frame skip 4 with
+max-pooling, life-loss terminals, fire reset, rewards clipped to their
+sign, grayscale 84x84), 4 stacked frames, and PPO with rl-baselines3-zoo's
+`atari` hyperparameters (hyperparams/ppo.yml): 8 envs x 128 steps, 4
+epochs of minibatches of 256, learning rate 2.5e-4 and clip range 0.1 both
+annealed linearly over 10M agent steps, entropy cost 0.01, value cost 0.5.
+Those are CleanRL ppo_atari's values too. It stops at --minutes of wall
+clock, so the schedules are where a 10M-step run would be at that point.
+
+Returns are whole games (SB3's Monitor sits under the life-loss wrapper).
+The logdir gets TensorBoard scalars under the names this project's learner
+uses, at x = agent steps: `episode/return_last100` (mean of the last 100
+finished games), `perf/elapsed_s` and `perf/env_steps_per_s`, so
+`plot_curves.py` and `compare_reference.py` read it as they read ours. The
+last line printed is one JSON object: game, seed, minutes, agent_steps,
+agent_steps_per_s, episodes, return_last100.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import time
+from typing import Deque
+
+import ale_py
+import gymnasium as gym
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_atari_env
+from stable_baselines3.common.vec_env import VecFrameStack
+from torch.utils.tensorboard import SummaryWriter
+
+ZOO_TOTAL_STEPS = 10_000_000  # the zoo's n_timesteps: the schedules' length
+
+
+def env_id(game: str) -> str:
+  """'battle_zone' -> 'BattleZoneNoFrameskip-v4'."""
+  return "".join(part.title() for part in game.split("_")) + "NoFrameskip-v4"
+
+
+def linear(start: float):
+  """The zoo's `lin_X`: X times the fraction of the 10M steps still ahead."""
+  return lambda progress_remaining: start * progress_remaining
+
+
+class WallClock(BaseCallback):
+  """Logs whole-game returns against agent steps; stops at the deadline."""
+
+  def __init__(self, logdir: str, seconds: float):
+    super().__init__()
+    self.writer = SummaryWriter(logdir)
+    self.seconds = seconds
+    self.start = time.time()
+    self.returns: Deque[float] = collections.deque(maxlen=100)
+    self.episodes = 0
+    self.last_log = 0.0
+
+  def _on_step(self) -> bool:
+    step = self.num_timesteps
+    elapsed = time.time() - self.start
+    finished = [
+      i["episode"]["r"] for i in self.locals["infos"] if "episode" in i
+    ]
+    for ret in finished:
+      self.returns.append(float(ret))
+      self.episodes += 1
+    if finished:
+      self.writer.add_scalar(
+        "episode/return_last100", sum(self.returns) / len(self.returns), step
+      )
+    if elapsed - self.last_log >= 10.0:
+      self.last_log = elapsed
+      self.writer.add_scalar("perf/elapsed_s", elapsed, step)
+      self.writer.add_scalar("perf/env_steps_per_s", step / elapsed, step)
+      mean = sum(self.returns) / len(self.returns) if self.returns else None
+      print(
+        f"[{elapsed:7.1f}s] agent steps {step:,} "
+        f"({step / elapsed:,.0f}/s) games {self.episodes} return(last100) "
+        f"{mean}",
+        flush=True,
+      )
+    return elapsed < self.seconds
+
+  def _on_training_end(self) -> None:
+    elapsed = time.time() - self.start
+    self.writer.add_scalar("perf/elapsed_s", elapsed, self.num_timesteps)
+    self.writer.close()
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--game", default="battle_zone")
+  parser.add_argument("--minutes", type=float, default=60.0)
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--logdir", required=True)
+  parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+  args = parser.parse_args()
+  gym.register_envs(ale_py)
+  torch.set_num_threads(args.threads)
+  os.makedirs(args.logdir, exist_ok=True)
+  envs = VecFrameStack(
+    make_atari_env(env_id(args.game), n_envs=8, seed=args.seed), n_stack=4
+  )
+  model = PPO(
+    "CnnPolicy",
+    envs,
+    n_steps=128,
+    n_epochs=4,
+    batch_size=256,
+    learning_rate=linear(2.5e-4),
+    clip_range=linear(0.1),
+    ent_coef=0.01,
+    vf_coef=0.5,
+    seed=args.seed,
+    device="cpu",
+    verbose=0,
+  )
+  clock = WallClock(args.logdir, args.minutes * 60.0)
+  model.learn(total_timesteps=ZOO_TOTAL_STEPS, callback=clock)
+  returns = list(clock.returns)
+  result = {
+    "peer": "sb3-ppo-zoo",
+    "game": args.game,
+    "seed": args.seed,
+    "minutes": args.minutes,
+    "agent_steps": int(model.num_timesteps),
+    "agent_steps_per_s": model.num_timesteps / (time.time() - clock.start),
+    "episodes": clock.episodes,
+    "return_last100": sum(returns) / len(returns) if returns else None,
+    "versions": {
+      "stable_baselines3": __import__("stable_baselines3").__version__,
+      "torch": torch.__version__,
+      "ale_py": ale_py.__version__,
+    },
+  }
+  with open(os.path.join(args.logdir, "result.json"), "w") as f:
+    json.dump(result, f)
+  print(json.dumps(result))
+
+
+if __name__ == "__main__":
+  main()
