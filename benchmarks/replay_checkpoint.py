@@ -32,11 +32,14 @@ from seed_rl.common.transitions import TransitionReplay  # noqa: E402
 
 def r2d2_sequences(capacity: int, steps: int, frame: tuple) -> Callable:
   """A prioritized replay of `capacity` sequences of `steps` frames
-  (R2D2 with frames stored once: [k-1 + T+1, H, W] uint8 per sequence)."""
+  (R2D2 with frames stored once: [k-1 + T+1, H, W] uint8 per sequence);
+  `make(seed, fill=False)` gives it empty."""
 
-  def make(seed: int) -> PrioritizedReplay:
+  def make(seed: int, fill: bool = True) -> PrioritizedReplay:
     rng = np.random.default_rng(seed)
     replay = PrioritizedReplay(capacity, 0.9, 0.6, seed=seed)
+    if not fill:
+      return replay
     batch = 64
     for start in range(0, capacity, batch):
       n = min(batch, capacity - start)
@@ -58,16 +61,16 @@ def r2d2_sequences(capacity: int, steps: int, frame: tuple) -> Callable:
 def dqn_transitions(capacity: int) -> Callable:
   """DQN's Atari transition replay (frame blocks of 41-step unrolls)."""
 
-  def make(seed: int) -> TransitionReplay:
+  def make(seed: int, fill: bool = True) -> TransitionReplay:
     rng = np.random.default_rng(seed)
     replay = TransitionReplay(
-      capacity, 32, 1, 1e9, 1e12, 16, 40, 0.99, 3, seed=seed,
+      capacity, 32, 1, 1e-9, 1e12, 16, 40, 0.99, 3, seed=seed,
       prioritized=True, frame_stack_shape=(84, 84, 4),
     )  # fmt: skip
     from seed_rl.common.agent_api import Unroll
 
     steps = 41
-    while len(replay.replay) < capacity:
+    while fill and len(replay.replay) < capacity:
       frames = rng.integers(1, 255, (16, steps + 3, 84, 84), np.uint8)
       stacks = np.stack([frames[:, c : c + steps] for c in range(4)], -1)
       zeros = np.zeros((16, steps), np.float32)
@@ -104,7 +107,7 @@ def measure(name: str, directory: str) -> Dict:
   start = time.monotonic()
   written = replay_state.write(os.path.join(directory, f"{name}.npz"), holder)
   save_s = time.monotonic() - start
-  fresh = make(1)
+  fresh = make(1, fill=False)
   start = time.monotonic()
   fresh.load_state_dict(replay_state.read(written.path))
   load_s = time.monotonic() - start

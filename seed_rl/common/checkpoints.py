@@ -164,6 +164,7 @@ class Checkpointer:
 
   def _restore_replay(self, checkpoint: str) -> None:
     """Puts the replay saved with `checkpoint` back, if it has one."""
+    assert self._replay is not None  # called only with a replay
     path = replay_state.path_for(checkpoint)
     if not os.path.exists(path):
       self._log(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import time
 import zipfile
-from typing import Callable, Dict, NamedTuple
+from typing import Any, Callable, Dict, NamedTuple
 
 import numpy as np
 
@@ -55,7 +55,8 @@ def write(path: str, state_fn: Callable[[], Dict[str, np.ndarray]]) -> Written:
       raise ValueError(f"replay state {name!r} holds Python objects")
   temporary = path + ".tmp"
   with open(temporary, "wb") as f:
-    np.savez(f, **state)
+    savez: Any = np.savez  # its stubs type **arrays as options
+    savez(f, **state)
     f.flush()
     os.fsync(f.fileno())
   os.replace(temporary, path)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -350,7 +350,7 @@ class TransitionReplay:
     """The replay, its limiter's counts and the frame blocks, taken
     together (name -> array; see PrioritizedReplay.state_dict)."""
     with self._frames_lock:
-      parts = {"replay": self.replay, "limiter": self.limiter}
+      parts: Dict[str, Any] = {"replay": self.replay, "limiter": self.limiter}
       if self.frames is not None:
         parts["frames"] = self.frames
       return {
@@ -369,7 +369,7 @@ class TransitionReplay:
         + ", this run's "
         + ("stores frames once" if self.frames else "stores observations")
       )
-    parts = {"replay": self.replay, "limiter": self.limiter}
+    parts: Dict[str, Any] = {"replay": self.replay, "limiter": self.limiter}
     if self.frames is not None:
       parts["frames"] = self.frames
     with self._frames_lock:
