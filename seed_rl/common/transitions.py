@@ -346,13 +346,18 @@ class TransitionReplay:
     sampled = self.sample_with_keys()
     return None if sampled is None else sampled[1]
 
+  def _state_parts(self) -> Dict[str, Any]:
+    """What `state_dict` saves, by name: each has its own state_dict."""
+    parts: Dict[str, Any] = {"replay": self.replay, "limiter": self.limiter}
+    if self.frames is not None:
+      parts["frames"] = self.frames
+    return parts
+
   def state_dict(self) -> Dict[str, np.ndarray]:
     """The replay, its limiter's counts and the frame blocks, taken
     together (name -> array; see PrioritizedReplay.state_dict)."""
     with self._frames_lock:
-      parts: Dict[str, Any] = {"replay": self.replay, "limiter": self.limiter}
-      if self.frames is not None:
-        parts["frames"] = self.frames
+      parts = self._state_parts()
       return {
         f"{name}/{key}": value
         for name, part in parts.items()
@@ -369,11 +374,8 @@ class TransitionReplay:
         + ", this run's "
         + ("stores frames once" if self.frames else "stores observations")
       )
-    parts: Dict[str, Any] = {"replay": self.replay, "limiter": self.limiter}
-    if self.frames is not None:
-      parts["frames"] = self.frames
     with self._frames_lock:
-      for name, part in parts.items():
+      for name, part in self._state_parts().items():
         part.load_state_dict(replay_lib.sub_state(state, name))
       self.dropped_unrolls = int(state["dropped_unrolls"])
 

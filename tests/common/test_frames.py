@@ -9,32 +9,13 @@ import pytest
 from seed_rl.common import frames as frames_lib
 from seed_rl.common import transitions
 from seed_rl.common.agent_api import Unroll
-
-
-def _stacked_unrolls(rng, batch, steps, depth=4, size=3):
-  """Unrolls as the runtime stacks them: [B, T+1, H, W, k] uint8 with zeros
-  in the slots older than each episode's first step, and their done flags."""
-  done = rng.random((batch, steps)) < 0.15
-  stream = rng.integers(1, 255, (batch, steps + depth - 1, size, size))
-  # Episode starts inside the k-1 steps before step 0 are invisible in done;
-  # keep those slots nonzero so the layout is the runtime's.
-  obs = np.zeros((batch, steps, size, size, depth), np.uint8)
-  for b in range(batch):
-    start = -depth  # no episode start seen yet
-    for t in range(steps):
-      if done[b, t]:
-        start = t
-      for c in range(depth):
-        age = depth - 1 - c
-        if t - age >= start:
-          obs[b, t, ..., c] = stream[b, t + c]
-  return obs, done
+from tests.support.helpers import runtime_stacks
 
 
 def test_block_store_rebuilds_every_stack():
   rng = np.random.default_rng(1)
   store = frames_lib.FrameBlockStore(4, steps=9, frame_shape=(12, 12), depth=4)
-  obs, done = _stacked_unrolls(rng, 3, 9, size=12)
+  obs, done = runtime_stacks(rng, 3, 9, size=12)
   ids = store.insert(obs, done)
   assert ids.tolist() == [0, 1, 2]
   b, t = np.meshgrid(np.arange(3), np.arange(9), indexing="ij")
@@ -49,7 +30,7 @@ def test_block_store_refuses_overwritten_blocks():
   rng = np.random.default_rng(2)
   store = frames_lib.FrameBlockStore(2, steps=5, frame_shape=(3, 3), depth=4)
   for _ in range(2):
-    obs, done = _stacked_unrolls(rng, 2, 5)
+    obs, done = runtime_stacks(rng, 2, 5)
     ids = store.insert(obs, done)
   assert ids.tolist() == [2, 3] and store.oldest_alive() == 2
   np.testing.assert_array_equal(
@@ -108,7 +89,7 @@ def test_transition_replay_stores_frames_once_and_rebuilds_the_same_items():
   rng = np.random.default_rng(3)
   once, whole = _replay((12, 12, 4)), _replay(None)
   for _ in range(8):  # 8 x 3 unrolls x 7 transitions > capacity 100
-    obs, done = _stacked_unrolls(rng, 3, 9, size=12)
+    obs, done = runtime_stacks(rng, 3, 9, size=12)
     unroll = _unroll_of(obs, done & (np.arange(9) > 0), rng)
     # Step 0's flags describe the previous unroll's last transition; keep
     # them out so the stacks follow the runtime's layout.
@@ -140,7 +121,7 @@ def test_transition_replay_stores_frames_once_and_rebuilds_the_same_items():
 def test_transition_replay_drops_unrolls_with_a_foreign_stack_layout():
   rng = np.random.default_rng(4)
   replay = _replay((12, 12, 4))
-  obs, done = _stacked_unrolls(rng, 3, 9, size=12)
+  obs, done = runtime_stacks(rng, 3, 9, size=12)
   obs[1, 5, ..., 0] ^= 1  # an older slot disagreeing with an earlier frame
   unroll = _unroll_of(obs, done & (np.arange(9) > 0), rng)
   assert replay.add(unroll) == 14
@@ -161,7 +142,7 @@ def test_an_insert_cannot_evict_the_blocks_of_a_batch_being_rebuilt():
   assert replay.frames is not None
 
   def round_of_unrolls():
-    obs, done = _stacked_unrolls(rng, 4, 9, size=12)
+    obs, done = runtime_stacks(rng, 4, 9, size=12)
     return _unroll_of(obs, done & (np.arange(9) > 0), rng)
 
   replay.add(round_of_unrolls())

@@ -16,6 +16,7 @@ from seed_rl.common.frames import FrameBlockStore
 from seed_rl.common.replay import PrioritizedReplay, RateLimiter
 from seed_rl.common.agent_api import Unroll
 from seed_rl.common.transitions import TransitionReplay
+from tests.support.helpers import runtime_stacks
 
 
 def _items(rng, n, start=0):
@@ -150,18 +151,8 @@ def _transition_replay(**kwargs):
 
 
 def _frame_unroll(rng, batch=2, steps=6, depth=3):
-  """Unrolls of [B, T+1, 4, 4, k] stacks in the runtime's layout: every
-  step a new frame, zeros in the slots older than an episode's start."""
-  done = rng.random((batch, steps)) < 0.2
-  stream = rng.integers(1, 255, (batch, steps + depth - 1, 4, 4))
-  obs = np.zeros((batch, steps, 4, 4, depth), np.uint8)
-  for b in range(batch):
-    start = -depth
-    for t in range(steps):
-      start = t if done[b, t] else start
-      for c in range(depth):
-        if t - (depth - 1 - c) >= start:
-          obs[b, t, ..., c] = stream[b, t + c]
+  """Unrolls of [B, T+1, 4, 4, k] stacks in the runtime's layout."""
+  obs, done = runtime_stacks(rng, batch, steps, depth=depth, size=4)
   zeros = np.zeros((batch, steps), np.float32)
   return Unroll(
     env_ids=np.arange(batch, dtype=np.int32),
@@ -236,7 +227,6 @@ def test_checkpoints_carry_the_replay_and_delete_it_with_them(tmp_path):
   )
   assert "replay saved with ckpt-3" in lines[-1]
   restored = PrioritizedReplay(12, 0.7, 0.5, seed=0)
-  Checkpointer(d, _variables(), replay=_Holder(restored), log=lines.append)
   resumer = Checkpointer(
     d, _variables(), replay=_Holder(restored), log=lines.append
   )

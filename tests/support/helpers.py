@@ -299,3 +299,23 @@ def checkpoint_round_trip(
     for mine, theirs in zip(got, values):
       np.testing.assert_array_equal(mine, theirs, err_msg=name)
   return restored
+
+
+def runtime_stacks(rng, batch, steps, depth=4, size=3):
+  """Unrolls as the runtime stacks them: [B, T+1, H, W, k] uint8 with zeros
+  in the slots older than each episode's first step, and their done flags."""
+  done = rng.random((batch, steps)) < 0.15
+  stream = rng.integers(1, 255, (batch, steps + depth - 1, size, size))
+  # Episode starts inside the k-1 steps before step 0 are invisible in done;
+  # keep those slots nonzero so the layout is the runtime's.
+  obs = np.zeros((batch, steps, size, size, depth), np.uint8)
+  for b in range(batch):
+    start = -depth  # no episode start seen yet
+    for t in range(steps):
+      if done[b, t]:
+        start = t
+      for c in range(depth):
+        age = depth - 1 - c
+        if t - age >= start:
+          obs[b, t, ..., c] = stream[b, t + c]
+  return obs, done
