@@ -102,13 +102,15 @@ def _env() -> Dict[str, str]:
   return env
 
 
-def _start_learner(lab: Lab, tmp: str, certs: str, envs: int) -> Proc:
+def _start_learner(
+  lab: Lab, tmp: str, certs: str, envs: int, groups: int = 1
+) -> Proc:
   return Proc(
     lab.prefix("learner")
     + [sys.executable, "-m", "seed_rl.learner_main", "--env", "classic",
        "--agent", "vtrace",
        "--num_actors", str(len(ACTOR_HOSTS) * ACTORS_PER_HOST),
-       "--envs_per_actor", str(envs),
+       "--envs_per_actor", str(envs), "--env_groups", str(groups),
        "--server_address", f"0.0.0.0:{PORT}",
        "--tls_cert", f"{certs}/learner.pem", "--tls_key", f"{certs}/learner.key",
        "--token_file", f"{certs}/token", "--logdir", f"{tmp}/run",
@@ -120,9 +122,9 @@ def _start_learner(lab: Lab, tmp: str, certs: str, envs: int) -> Proc:
 
 
 def _start(
-  lab: Lab, tmp: str, certs: str, envs: int
+  lab: Lab, tmp: str, certs: str, envs: int, groups: int = 1
 ) -> Tuple[Proc, Dict[str, List]]:
-  learner = _start_learner(lab, tmp, certs, envs)
+  learner = _start_learner(lab, tmp, certs, envs, groups)
   actors: Dict[str, List] = {}
   for h, host in enumerate(ACTOR_HOSTS):
     for a in range(ACTORS_PER_HOST):
@@ -132,6 +134,7 @@ def _start(
         lab.prefix(host)
         + [sys.executable, "-m", "seed_rl.actors.main", "--env", "classic",
            "--actor_id", str(actor_id), "--num_envs", str(envs),
+           "--env_groups", str(groups),
            "--server_address", f"{lab.address('learner')}:{PORT}",
            "--tls_ca", f"{certs}/ca.pem", "--token_file", f"{certs}/token",
            "--gin_config", f"{ROOT}/seed_rl/classic/gin/vtrace.gin",
@@ -179,14 +182,15 @@ def run_scenario(
   after: float,
   fault_s: Optional[float] = None,
   envs: int = ENVS_PER_ACTOR,
+  groups: int = 1,
 ) -> Dict[str, Any]:
   """Runs scenario `name` (its fault for `fault_s` if given) on fresh hosts,
-  `envs` envs per actor."""
+  `envs` envs per actor stepped as `groups` env groups (--env_groups)."""
   fault, duration, cut_off = SCENARIOS[name]
   duration = fault_s or duration
   lab = Lab(("learner",) + ACTOR_HOSTS)
   out: Dict[str, Any] = {"scenario": name, "fault_s": duration}
-  out["envs_per_actor"] = envs
+  out["envs_per_actor"], out["env_groups"] = envs, groups
   with tempfile.TemporaryDirectory(prefix="seedrl-netfault-") as tmp:
     certs = f"{tmp}/certs"
     subprocess.run(
@@ -199,13 +203,13 @@ def run_scenario(
     actors: Dict[str, List] = {}
     run: Optional[_Windows] = None
     try:
-      learner, actors = _start(lab, tmp, certs, envs)
+      learner, actors = _start(lab, tmp, certs, envs, groups)
       _wait_for_training(learner, actors)
       run = _Windows(learner, actors, envs)
       result = f"{tmp}/run/result.json"
       run.window("before", before)
       if name == "preempt":
-        setup = (lab, tmp, certs, envs)
+        setup = (lab, tmp, certs, envs, groups)
         out["preempted"] = _preempt(run, duration, setup, result)
       elif fault:
         fault(lab)
@@ -372,6 +376,12 @@ def main(argv=None) -> int:
     "--fault_s", type=float, default=None, help="override every fault's length"
   )
   p.add_argument("--envs_per_actor", type=int, default=ENVS_PER_ACTOR)
+  p.add_argument(
+    "--env_groups",
+    type=int,
+    default=1,
+    help="each actor's envs in this many groups in flight (--env_groups)",
+  )
   args = p.parse_args(argv)
   names = args.scenarios.split(",")
   unknown = sorted(set(names) - set(SCENARIOS))
@@ -383,7 +393,12 @@ def main(argv=None) -> int:
     return 2
   for name in names:
     line = run_scenario(
-      name, args.before, args.after, args.fault_s, args.envs_per_actor
+      name,
+      args.before,
+      args.after,
+      args.fault_s,
+      args.envs_per_actor,
+      args.env_groups,
     )
     print(json.dumps(line), flush=True)
   return 0

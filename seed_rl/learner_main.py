@@ -57,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--num_actors", type=int, default=2)
   p.add_argument("--envs_per_actor", type=int, default=16)
   p.add_argument(
+    "--env_groups",
+    type=int,
+    default=1,
+    help="G: streams per actor, as the actors' --env_groups (each actor's "
+    "envs in G groups, one stream each); sizes the RPC slots and the "
+    "count of actors told a finished run",
+  )
+  p.add_argument(
     "--num_eval_actors",
     type=int,
     default=0,
@@ -220,6 +228,11 @@ def _check_args(args: argparse.Namespace) -> security.ServerSecurity:
     raise _SetupError(e) from e
   if args.num_actors < 1 or args.envs_per_actor < 1:
     raise _SetupError("--num_actors and --envs_per_actor must be >= 1")
+  if args.env_groups < 1 or args.envs_per_actor % args.env_groups:
+    raise _SetupError(
+      f"--env_groups {args.env_groups}: must be >= 1 and divide "
+      f"--envs_per_actor {args.envs_per_actor}"
+    )
   if args.silent_stream_timeout_s < 0:
     raise _SetupError("--silent_stream_timeout_s must be >= 0 (0: never)")
   return server_security
@@ -434,7 +447,7 @@ def _serve(
     # actors leaves room for restarts overlapping their old stream and
     # Hellos (was a fixed 64: a 64th actor was refused). Calls that have
     # not sent a message yet get their own slots (see server.py).
-    max_workers=2 * (args.num_actors + args.num_eval_actors) + 16,
+    max_workers=2 * _streams(args) + 16,
     silent_timeout_s=args.silent_stream_timeout_s or None,
   )
   port = server.start()
@@ -474,11 +487,14 @@ def _serve(
     # after a learner restart): they then waited for a learner that would
     # never come back.
     if learner.finished:
-      server.wait_until_told_finished(
-        args.num_actors + args.num_eval_actors, FINISH_GRACE_S
-      )
+      server.wait_until_told_finished(_streams(args), FINISH_GRACE_S)
     server.stop(1.0 if learner.finished else 0)
   return reason
+
+
+def _streams(args) -> int:
+  """Step streams of a full run: one per actor, or per env group."""
+  return (args.num_actors + args.num_eval_actors) * args.env_groups
 
 
 def _log_summary(run: _Run, learner, checkpointer, reason, seconds) -> None:

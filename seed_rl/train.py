@@ -106,6 +106,14 @@ def build_parser(flags_only: bool = False) -> argparse.ArgumentParser:
     )
   p.add_argument("--num_eval_actors", type=int, default=0)
   p.add_argument(
+    "--env_groups",
+    type=int,
+    default=1,
+    help="each actor steps its envs as this many groups, each with its own "
+    "stream, so one group steps while the others wait for their actions "
+    "(hides network latency; envs_per_actor must be a multiple)",
+  )
+  p.add_argument(
     "--env_step_timeout_s",
     type=float,
     default=None,
@@ -209,6 +217,11 @@ def _prepare(args: argparse.Namespace, extra: List[str]) -> List[str]:
   registry.check_pair(args.env, args.agent)
   if args.num_actors < 1 or args.envs_per_actor < 1:
     raise ValueError("NUM_ACTORS and ENVS_PER_ACTOR must be >= 1")
+  if args.env_groups < 1 or args.envs_per_actor % args.env_groups:
+    raise ValueError(
+      f"--env_groups {args.env_groups}: must be >= 1 and divide "
+      f"ENVS_PER_ACTOR {args.envs_per_actor}"
+    )
   if args.actor_stats_dir:
     os.makedirs(args.actor_stats_dir, exist_ok=True)
   args.machine_profile = profiles.resolve(args.machine_profile)
@@ -267,6 +280,7 @@ def _commands(
       args.env, args.agent, args.num_actors, args.envs_per_actor
     )
     + ["--num_eval_actors", str(args.num_eval_actors)]
+    + ["--env_groups", str(args.env_groups)]
     + ["--server_address", address, "--seed", str(args.seed)]
     + ["--machine_profile", args.machine_profile]
     + _silent_stream_flags(args, extra)
@@ -308,6 +322,7 @@ def _actor_command(
   """Actor `i`'s command line."""
   cmd = [sys.executable, "-m", "seed_rl.actors.main", "--env", args.env]
   cmd += ["--actor_id", str(i), "--num_envs", str(args.envs_per_actor)]
+  cmd += ["--env_groups", str(args.env_groups)]
   cmd += ["--server_address", address, "--seed", str(args.seed)]
   cmd += ["--machine_profile", args.machine_profile]
   if args.env_step_timeout_s:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from seed_rl.actors import groups
 from seed_rl.actors.watchdog import StepWatchdog
 from seed_rl.actors.batched_env import BatchedEnv
 from seed_rl.actors.batched_env import EpisodeTracker
@@ -90,6 +91,7 @@ def run_actor(  # noqa: PLR0913 (the entry point's collaborators and limits)
   log_interval_s: float = 30.0,
   stats_path: Optional[str] = None,
   env_step_timeout_s: Optional[float] = None,
+  env_groups: int = 1,
 ) -> ActorSummary:
   """Runs one actor until `max_steps`, `stop_event` or an error.
 
@@ -111,6 +113,9 @@ def run_actor(  # noqa: PLR0913 (the entry point's collaborators and limits)
     log_interval_s: how often to log throughput.
     stats_path: if set, throughput stats are also written there (JSON) at
       every log interval.
+    env_groups: G; the K envs step as G groups of K/G, each with its own
+      stream and thread, so that one group steps while the others wait
+      for their actions (groups.py). 1: all K in lock step.
 
   Returns:
     An ActorSummary.
@@ -126,33 +131,77 @@ def run_actor(  # noqa: PLR0913 (the entry point's collaborators and limits)
     raise ValueError(f"actor_id must be >= 0, got {actor_id}")
   if max_steps is not None and max_steps < 0:
     raise ValueError(f"max_steps must be >= 0 or None, got {max_steps}")
+  per_group = groups.check_groups(num_envs, env_groups)
   client_factory = client_factory or ActorClient
+  stats = _Throughput(actor_id, num_envs, log_interval_s, stats_path)
+
+  def make_env(n: int, env_actor_id: int) -> BatchedEnv:
+    try:
+      env = env_factory(n, seed + env_actor_id * n)
+    except Exception as e:
+      raise EnvConfigError(f"{type(e).__name__}: {e}") from e
+    if env.num_envs != n:
+      env.close()
+      raise ValueError(f"env_factory built {env.num_envs} envs, asked for {n}")
+    return env
+
+  def make_client(client_actor_id: int, env: BatchedEnv):
+    client = client_factory(
+      server_address,
+      client_actor_id,
+      env.num_envs,
+      env.observation_spec,
+      env.action_spec,
+    )
+    try:
+      client.connect()
+    except BaseException:
+      client.close()
+      raise
+    return client
+
+  def loop(env, client, client_actor_id, halt, watchdog) -> None:
+    _loop(env, client, client_actor_id, max_steps, halt, stats, watchdog)
+
   try:
-    env = env_factory(num_envs, seed + actor_id * num_envs)
-  except Exception as e:
-    raise EnvConfigError(f"{type(e).__name__}: {e}") from e
+    if env_groups > 1:
+      groups.run_groups(
+        actor_id,
+        num_envs,
+        env_groups,
+        make_env,
+        make_client,
+        loop,
+        stop_event,
+        env_step_timeout_s,
+      )
+    else:
+      _run_alone(
+        actor_id,
+        per_group,
+        make_env,
+        make_client,
+        loop,
+        stop_event,
+        env_step_timeout_s,
+      )
+  finally:
+    # The totals as the actor ends, however it ends (SIGTERM included).
+    stats.write_file(time.monotonic())
+  return stats.summary()
+
+
+def _run_alone(
+  actor_id, num_envs, make_env, make_client, loop, stop_event, timeout_s
+) -> None:
+  """One group: the K envs in lock step, in the calling thread."""
+  env = make_env(num_envs, actor_id)
   client = None
   try:
-    if env.num_envs != num_envs:
-      raise ValueError(
-        f"env_factory built {env.num_envs} envs, asked for {num_envs}"
-      )
-    client = client_factory(
-      server_address, actor_id, num_envs, env.observation_spec, env.action_spec
-    )
-    client.connect()
-    watchdog = StepWatchdog(env_step_timeout_s, f"actor {actor_id}")
+    client = make_client(actor_id, env)
+    watchdog = StepWatchdog(timeout_s, f"actor {actor_id}")
     try:
-      return _loop(
-        env,
-        client,
-        actor_id,
-        max_steps,
-        stop_event,
-        log_interval_s,
-        stats_path,
-        watchdog,
-      )
+      loop(env, client, actor_id, stop_event or threading.Event(), watchdog)
     finally:
       watchdog.close()
   finally:
@@ -168,13 +217,13 @@ def _loop(
   client,
   actor_id: int,
   max_steps: Optional[int],
-  stop_event: Optional[threading.Event],
-  log_interval_s: float,
-  stats_path: Optional[str],
+  stop_event: threading.Event,
+  stats: "_Throughput",
   watchdog: StepWatchdog,
-) -> ActorSummary:
+) -> None:
   """Steps the envs with the learner's actions until `max_steps` or
-  `stop_event`; every iteration sends the outcome of the previous actions."""
+  `stop_event`; every iteration sends the outcome of the previous actions.
+  `actor_id` is the one the client said Hello with (a group's own)."""
   k = env.num_envs
   env_ids = _env_ids(client, actor_id, k)
   # From OS entropy, not the run seed: a restarted actor must get new ids so
@@ -198,30 +247,10 @@ def _loop(
     episode_length=np.zeros(0, np.int32),
   )
   tracker = EpisodeTracker(k)
-  stats = _Throughput(actor_id, k, log_interval_s, stats_path)
-  try:
-    _step_until_done(
-      env, client, batch, tracker, stats, max_steps, stop_event, watchdog
-    )
-  finally:
-    # The totals as the actor ends, however it ends (SIGTERM included).
-    stats.write_file(time.monotonic())
-  return stats.summary()
-
-
-def _step_until_done(
-  env: BatchedEnv,
-  client,
-  batch: StepBatch,
-  tracker: EpisodeTracker,
-  stats: "_Throughput",
-  max_steps: Optional[int],
-  stop_event: Optional[threading.Event],
-  watchdog: StepWatchdog,
-) -> None:
-  k, env_ids, run_ids = env.num_envs, batch.env_ids, batch.run_ids
-  while max_steps is None or stats.steps < max_steps:
-    if stop_event is not None and stop_event.is_set():
+  stats.begin()
+  steps = 0
+  while max_steps is None or steps < max_steps:
+    if stop_event.is_set():
       break
     t0 = time.perf_counter()
     actions = client.step(batch)
@@ -233,7 +262,8 @@ def _step_until_done(
     episode_return, episode_length = tracker.update(
       result.reward, result.terminated, result.truncated
     )
-    stats.add_step(t1 - t0, env_s, episode_return)
+    steps += 1
+    stats.add_step(k, t1 - t0, env_s, episode_return)
     batch = StepBatch(
       env_ids=env_ids,
       run_ids=run_ids,
@@ -269,7 +299,7 @@ def _env_ids(client, actor_id: int, k: int) -> np.ndarray:
 
 class _Throughput:
   """An actor loop's totals, logged (and written to the stats file, if any)
-  every `log_interval_s` seconds."""
+  every `log_interval_s` seconds. Env groups share one, from their threads."""
 
   def __init__(
     self,
@@ -281,28 +311,48 @@ class _Throughput:
     self.actor_id, self.num_envs = actor_id, num_envs
     self.log_interval_s = log_interval_s
     self.stats_file = profiling.ActorStatsWriter(stats_path)
-    self.steps = self.episodes = 0
+    self.env_steps = self.episodes = 0
     self.return_sum = self.env_s = self.learner_s = 0.0
     self.start = self.last_log_time = time.monotonic()
-    self.last_log_steps = 0
+    self.last_log_env_steps = 0
+    self.begun = False
+    # Env groups add steps from their threads; the stats file's temporary
+    # name must not be written by two of them at once either.
+    self._lock = threading.RLock()
+
+  def begin(self) -> None:
+    """The clock starts once the envs are reset and the learner answered
+    Hello (the first group to get there, with env groups)."""
+    with self._lock:
+      if not self.begun:
+        self.begun = True
+        self.start = self.last_log_time = time.monotonic()
 
   def add_step(
-    self, learner_s: float, env_s: float, episode_return: np.ndarray
+    self,
+    num_envs: int,
+    learner_s: float,
+    env_s: float,
+    episode_return: np.ndarray,
   ) -> None:
-    """One batched step: seconds waiting for actions and stepping envs, and
-    the returns of the episodes it finished."""
-    self.learner_s += learner_s
-    self.env_s += env_s
-    self.steps += 1
-    self.episodes += episode_return.size
-    self.return_sum += float(episode_return.sum())
-    now = time.monotonic()
-    if now - self.last_log_time >= self.log_interval_s:
-      self._log(now)
+    """One batched step of `num_envs` envs: seconds waiting for actions and
+    stepping envs, and the returns of the episodes it finished."""
+    with self._lock:
+      self.learner_s += learner_s
+      self.env_s += env_s
+      self.env_steps += num_envs
+      self.episodes += episode_return.size
+      self.return_sum += float(episode_return.sum())
+      now = time.monotonic()
+      if now - self.last_log_time >= self.log_interval_s:
+        self._log(now)
 
   def _log(self, now: float) -> None:
-    k, env_s, learner_s = self.num_envs, self.env_s, self.learner_s
-    rate = (self.steps - self.last_log_steps) * k / (now - self.last_log_time)
+    env_s, learner_s = self.env_s, self.learner_s
+    rate = (self.env_steps - self.last_log_env_steps) / (
+      now - self.last_log_time
+    )
+    # With env groups the waits overlap the steps: shares of the summed time.
     busy = max(env_s + learner_s, 1e-9)
     logging.info(
       "actor %d: %.0f env steps/s (env %.0f%%, waiting for the "
@@ -314,23 +364,31 @@ class _Throughput:
       self.episodes,
       self.return_sum / max(self.episodes, 1),
     )
-    self.last_log_time, self.last_log_steps = now, self.steps
+    self.last_log_time, self.last_log_env_steps = now, self.env_steps
     self.write_file(now)
 
   def write_file(self, now: float) -> None:
-    self.stats_file.write(
-      self.steps * self.num_envs,
-      now - self.start,
-      self.env_s,
-      self.learner_s,
-      episodes=self.episodes,
-    )
+    """The stats file (nothing before the loop began: no env, no learner)."""
+    with self._lock:
+      if not self.begun:
+        return
+      self.stats_file.write(
+        self.env_steps,
+        now - self.start,
+        self.env_s,
+        self.learner_s,
+        episodes=self.episodes,
+      )
 
   def summary(self) -> ActorSummary:
+    with self._lock:
+      return self._summary()
+
+  def _summary(self) -> ActorSummary:
     episodes = self.episodes
     return ActorSummary(
-      steps=self.steps,
-      env_steps=self.steps * self.num_envs,
+      steps=self.env_steps // self.num_envs,
+      env_steps=self.env_steps,
       episodes=episodes,
       mean_return=(self.return_sum / episodes if episodes else float("nan")),
       env_seconds=self.env_s,

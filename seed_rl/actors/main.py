@@ -31,6 +31,7 @@ import gin
 from seed_rl import profiles
 from seed_rl import registry
 from seed_rl.actors.actor import EnvConfigError, run_actor
+from seed_rl.actors.groups import check_groups
 from seed_rl.actors.subprocess_env import EnvWorkerError
 from seed_rl.cluster import cluster_spec
 from seed_rl.cluster import tuning
@@ -91,6 +92,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
   if args.actor_id < 0:
     parser.error(f"--actor_id must be >= 0, got {args.actor_id}")
   try:
+    check_groups(args.num_envs, args.env_groups)
+  except ValueError as e:
+    parser.error(f"--env_groups: {e}")
+  try:
     args.machine_profile = profiles.resolve(args.machine_profile)
   except ValueError as e:
     parser.error(f"--machine_profile: {e}")
@@ -113,6 +118,16 @@ def _add_placement_flags(parser: argparse.ArgumentParser) -> None:
     "pool 1 of $CLUSTER_SPEC (Vertex AI)",
   )
   parser.add_argument("--num_envs", type=int, default=1, help="K")
+  parser.add_argument(
+    "--env_groups",
+    type=int,
+    default=1,
+    help="G: step the K envs as G groups of K/G, each with its own stream, "
+    "so that one group steps while the others wait for their actions "
+    "(hides network latency); group g says Hello as actor I*G + g and "
+    "keeps env ids and seeds of the ungrouped actor. K must be a multiple "
+    "of G",
+  )
   parser.add_argument(
     "--server_address",
     default="localhost:8686",
@@ -228,6 +243,7 @@ def main(argv: Optional[List[str]] = None) -> int:
       log_interval_s=args.log_interval_s,
       stats_path=args.stats_file,
       env_step_timeout_s=args.env_step_timeout_s,
+      env_groups=args.env_groups,
     )
     logging.info("actor %d done: %s", args.actor_id, summary)
   except _Stopped as e:

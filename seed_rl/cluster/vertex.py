@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
   )
   p.add_argument("--num_actors", type=int, default=8)
   p.add_argument("--envs_per_actor", type=int, default=8)
+  p.add_argument(
+    "--env_groups",
+    type=int,
+    default=1,
+    help="each actor's envs as this many groups in flight, one stream each "
+    "(hides the network's latency); passed to the learner and the actors",
+  )
   p.add_argument("--project", default=None, help="Google Cloud project")
   p.add_argument("--region", default="us-central1")
   p.add_argument(
@@ -238,6 +245,11 @@ def _check_args(args: argparse.Namespace) -> None:
   registry.check_pair(args.env, args.agent)
   if args.num_actors < 1 or args.envs_per_actor < 1:
     raise ValueError("--num_actors and --envs_per_actor must be >= 1")
+  if args.env_groups < 1 or args.envs_per_actor % args.env_groups:
+    raise ValueError(
+      f"--env_groups {args.env_groups}: must be >= 1 and divide "
+      f"--envs_per_actor {args.envs_per_actor}"
+    )
   if not 0 < args.port < 65536:
     raise ValueError(f"--port {args.port} is not a port")
 
@@ -285,6 +297,9 @@ def _replica_args(
       os.path.dirname(registry.PACKAGE_DIR),
     ),
   ]
+  if args.env_groups != 1:
+    learner_args += ["--env_groups", str(args.env_groups)]
+    actor_args += ["--env_groups", str(args.env_groups)]
   if args.insecure:
     learner_args.append("--insecure")
     return learner_args, actor_args

@@ -311,6 +311,7 @@ class ActorClient:
     # deadline, often ends in DEADLINE_EXCEEDED, which says nothing).
     refusal: Optional[grpc.RpcError] = None
     while True:
+      self._check_open()  # closed from another thread: stop retrying
       if not self._refresh_channel():
         delay = self._wait_for_address(start, deadline, delay)
         continue
@@ -385,12 +386,14 @@ class ActorClient:
     )
 
   def _drop_stream(self) -> None:
-    if self._requests is not None:
-      self._requests.close()  # ends gRPC's sender thread
-      self._requests = None
-    if self._responses is not None:
-      self._responses.cancel()
-      self._responses = None
+    # Local copies: close() may run from another thread (an env group
+    # shutting down) while the stepping thread drops the stream too.
+    requests, self._requests = self._requests, None
+    responses, self._responses = self._responses, None
+    if requests is not None:
+      requests.close()  # ends gRPC's sender thread
+    if responses is not None:
+      responses.cancel()
 
   def _decode_actions(self, response: seed_rl_pb2.StepResponse) -> np.ndarray:
     try:

@@ -887,3 +887,89 @@ def make_fails_in_worker_1():
   ):
     raise RuntimeError("cannot build this env")
   return gym.make("CartPole-v1")
+
+
+# -------------------------------------------------------------- env groups
+
+
+def _run_groups(policy, num_envs=4, env_groups=2, actor_id=1, **kwargs):
+  clients, envs = [], []
+
+  def client_factory(*args):
+    clients.append(FakeClient(*args, policy=policy))
+    return clients[-1]
+
+  def env_factory(n, s):
+    envs.append(SpyEnv(classic_env.create_environment(n, s), s))
+    return envs[-1]
+
+  try:
+    return (
+      actor_lib.run_actor(
+        "fake:0",
+        actor_id,
+        num_envs,
+        env_factory,
+        100,
+        client_factory=client_factory,
+        env_groups=env_groups,
+        **kwargs,
+      ),
+      clients,
+      envs,
+    )
+  finally:
+    assert envs and all(env.closed for env in envs)
+    assert all(client.closed for client in clients)
+
+
+def test_env_groups_keep_the_ungrouped_env_ids_and_seeds():
+  summary, clients, envs = _run_groups(
+    lambda t, batch: np.zeros(batch.num_envs, np.int32), max_steps=5
+  )
+  # Group g of actor 1 (K = 4, G = 2) is actor 2 + g with 2 envs: env ids
+  # 4..7 and seeds 104..107, as actor 1 alone.
+  assert sorted((c.actor_id, c.num_envs) for c in clients) == [(2, 2), (3, 2)]
+  assert sorted(env.seed for env in envs) == [104, 106]
+  ids = sorted(int(i) for c in clients for i in c.batches[0].env_ids)
+  assert ids == [4, 5, 6, 7]
+  # Each group steps max_steps batches of its own 2 envs.
+  assert all(len(c.batches) == 5 for c in clients)
+  assert summary.env_steps == 5 * 4 and summary.steps == 5
+
+
+def test_a_failing_env_group_stops_the_others_and_raises():
+  def policy(t, batch):
+    if batch.env_ids[0] == 6 and t == 3:
+      return np.full(batch.num_envs, 9, np.int32)  # outside CartPole's 2
+    return np.zeros(batch.num_envs, np.int32)
+
+  with pytest.raises(ValueError, match=r"values \[9, 9\] outside \[0, 2\)"):
+    _run_groups(policy)
+
+
+def test_env_groups_end_when_the_learner_finished_every_stream():
+  from seed_rl.grpc.client import LearnerFinished
+
+  def policy(t, batch):
+    if t == 2:
+      raise LearnerFinished("the learner finished training")
+    return np.zeros(batch.num_envs, np.int32)
+
+  with pytest.raises(LearnerFinished):
+    _run_groups(policy)
+
+
+@pytest.mark.parametrize("num_envs, env_groups", [(4, 3), (4, 0)])
+def test_env_groups_must_divide_the_envs(num_envs, env_groups):
+  built = []
+  with pytest.raises(ValueError, match="env_groups"):
+    actor_lib.run_actor(
+      "fake:0",
+      0,
+      num_envs,
+      lambda n, s: built.append(n),
+      0,
+      env_groups=env_groups,
+    )
+  assert not built  # refused before any env was built

@@ -389,9 +389,11 @@ def test_actor_that_cannot_build_its_env_exits_with_a_config_error():
   assert "Traceback" not in out.stderr
 
 
-def test_actors_exit_0_when_the_learner_finishes(tmp_path):
+@pytest.mark.parametrize("env_groups", [1, 2])
+def test_actors_exit_0_when_the_learner_finishes(tmp_path, env_groups):
   """What lets a Kubernetes Job or Vertex AI job complete: the learner stops
-  at --max_seconds and its actors, told so, exit 0 within seconds."""
+  at --max_seconds and its actors, told so, exit 0 within seconds; with env
+  groups, each group's stream is told."""
   port = launch.free_port()
   gin_file = os.path.join(ROOT, "seed_rl", "classic", "gin", "vtrace.gin")
   learner = subprocess.Popen(
@@ -407,6 +409,8 @@ def test_actors_exit_0_when_the_learner_finishes(tmp_path):
       "2",
       "--envs_per_actor",
       "4",
+      "--env_groups",
+      str(env_groups),
       "--logdir",
       str(tmp_path / "run"),
       "--server_address",
@@ -432,10 +436,14 @@ def test_actors_exit_0_when_the_learner_finishes(tmp_path):
         str(i),
         "--num_envs",
         "4",
+        "--env_groups",
+        str(env_groups),
         "--server_address",
         f"localhost:{port}",
         "--gin_config",
         gin_file,
+        "--stats_file",
+        str(tmp_path / f"actor{i}.json"),
       ],
       cwd=ROOT,
       env=ENV,
@@ -454,6 +462,13 @@ def test_actors_exit_0_when_the_learner_finishes(tmp_path):
       assert actor.returncode == 0, out[-3000:]
       assert "the learner finished training" in out
     assert time.monotonic() - done < 30
+    # Every env of every actor was stepped: all groups were served.
+    with open(tmp_path / "run" / "result.json") as f:
+      result = json.load(f)
+    assert result["episodes"] > 0, result
+    for i in range(2):
+      with open(tmp_path / f"actor{i}.json") as f:
+        assert json.load(f)["env_steps"] > 0
   finally:
     for p in [learner] + actors:
       if p.poll() is None:
