@@ -109,12 +109,24 @@ def main() -> None:
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--logdir", required=True)
   parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+  parser.add_argument(
+    "--full_games",
+    action="store_true",
+    help="no life-loss terminals (AtariWrapper terminal_on_life_loss=False), "
+    "as this project's default; a diagnostic, not the zoo's setting",
+  )
   args = parser.parse_args()
   gym.register_envs(ale_py)
   torch.set_num_threads(args.threads)
   os.makedirs(args.logdir, exist_ok=True)
   envs = VecFrameStack(
-    make_atari_env(env_id(args.game), n_envs=8, seed=args.seed), n_stack=4
+    make_atari_env(
+      env_id(args.game),
+      n_envs=8,
+      seed=args.seed,
+      wrapper_kwargs={"terminal_on_life_loss": not args.full_games},
+    ),
+    n_stack=4,
   )
   model = PPO(
     "CnnPolicy",
@@ -138,6 +150,7 @@ def main() -> None:
     "game": args.game,
     "seed": args.seed,
     "minutes": args.minutes,
+    "life_loss_terminals": not args.full_games,
     "agent_steps": int(model.num_timesteps),
     "agent_steps_per_s": model.num_timesteps / (time.time() - clock.start),
     "episodes": clock.episodes,
