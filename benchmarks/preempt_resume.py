@@ -13,14 +13,19 @@ actors given `--server_address file:PATH`. Three learners:
    the actors, left running, find it through the address file. It trains
    for `--after` seconds.
 3. `fresh`: the control, a learner from scratch on a new logdir with new
-   actors, for `--after` seconds: what the same seconds give without the
-   checkpoint.
+   actors, never stopped, for `--before` + `--after` seconds. Its first
+   `--after` seconds are what the resumed learner's would give without the
+   checkpoint; read at the resumed learner's env steps, it is the curve
+   without the preemption (`uninterrupted`; the same seed, so the same
+   envs, though not the same actions: thread timing differs).
 
 A resumed learner's return(last100) counts only the episodes it saw start,
 so its first value is the resumed policy's own. One JSON line:
 `return_at_sigterm` (the preempted learner's last return(last100)),
 `resumed_first` and `fresh_first` (return(last100) at the first console line
-with at least `--min_episodes` episodes), `resumed_end` and `fresh_end`, the
+with at least `--min_episodes` episodes), `resumed_end` and `fresh_end`
+(after `--after` seconds), `uninterrupted` (the control at the env steps of
+`at_sigterm`, `resumed_first` and `resumed_end`), the
 learner steps and env steps of each, `resumed_at_step` (the step of the
 final checkpoint it loaded), `replay_restored_mib` (R2D2; null if none),
 and `continues`: the resumed learner's first return is at least half the
@@ -142,6 +147,19 @@ def _first(rows: List[Dict[str, float]], min_episodes: int) -> Optional[Dict]:
   return None
 
 
+def _last_before(rows: List[Dict[str, float]], seconds: float) -> Dict:
+  """The last row logged within `seconds` of learner clock."""
+  return [r for r in rows if r["elapsed_s"] <= seconds][-1]
+
+
+def _at_env_steps(rows: List[Dict[str, float]], env_steps: float):
+  """The first row at or past `env_steps` (None if the run stopped short)."""
+  for row in rows:
+    if row["env_steps"] >= env_steps:
+      return row
+  return None
+
+
 def _point(row: Optional[Dict[str, float]]) -> Optional[Dict[str, float]]:
   if row is None:
     return None
@@ -179,14 +197,22 @@ def run(agent: str, before: float, after: float, min_episodes: int, seed: int):
       for proc in [second] + actors:
         proc.stop(signal.SIGTERM, timeout=60)
 
+      # One control run from scratch, never stopped, for before + after
+      # seconds: read early it is the fresh start, read at the resumed
+      # learner's env steps it is the curve without the preemption.
       fresh_logdir, fresh_address = f"{tmp}/fresh", f"{tmp}/fresh.address"
       fresh_actors = _actors(agent, fresh_address, seed)
       fresh = _learner(agent, fresh_logdir, fresh_address, seed)
       procs += fresh_actors + [fresh]
-      _train_for(fresh, after, fresh_actors)
+      _train_for(fresh, before + after, fresh_actors)
       rows = _rows(fresh)
       out["fresh_first"] = _point(_first(rows, min_episodes))
-      out["fresh_end"] = _point(rows[-1])
+      out["fresh_end"] = _point(_last_before(rows, after))
+      out["uninterrupted"] = {
+        name: _point(_at_env_steps(rows, out[name]["env_steps"]))
+        for name in ("at_sigterm", "resumed_first", "resumed_end")
+        if out.get(name)
+      }
     finally:
       for proc in procs:
         proc.stop(signal.SIGKILL, timeout=10)

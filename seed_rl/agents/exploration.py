@@ -25,6 +25,20 @@ def per_env_epsilons(
   return base ** (1.0 + alpha * i / (num_envs - 1))
 
 
+def warmed_up(table: np.ndarray, step: int, warmup_steps: int) -> np.ndarray:
+  """float64 [N]: each training env's epsilon moved linearly from 1 at
+  learner step 0 to its own `table` value at `warmup_steps` (0: `table`).
+
+  eps_i(t) = table_i + (1 - table_i) * max(0, 1 - t / warmup_steps). With
+  few envs most of the Ape-X spectrum is nearly greedy; starting every env
+  at 1 gives an untrained Q network's first data DQN's uniform exploration.
+  """
+  if warmup_steps <= 0 or step >= warmup_steps:
+    return table
+  remaining = 1.0 - step / warmup_steps
+  return table + (1.0 - table) * remaining
+
+
 def env_epsilons(
   table: np.ndarray,
   env_ids: np.ndarray,

@@ -49,7 +49,8 @@ class R2D2Agent(Agent):
   """Recurrent replay distributed DQN on the central-inference runtime.
 
   `num_envs` is the number of training envs N; env i explores with
-  epsilon_base ** (1 + epsilon_alpha * i / (N - 1)). Rows flagged by
+  epsilon_base ** (1 + epsilon_alpha * i / (N - 1)), from 1 at first if
+  `epsilon_warmup_steps` (exploration.warmed_up). Rows flagged by
   `ActInputs.eval_mask` use `eval_epsilon` instead.
   """
 
@@ -164,8 +165,15 @@ class R2D2Agent(Agent):
       *inputs.core_state,
     )
     q = q.numpy()
+    table = self._epsilons
+    if self.config.epsilon_warmup_steps:
+      table = exploration.warmed_up(
+        table,
+        int(self._step_counter.numpy()),
+        self.config.epsilon_warmup_steps,
+      )
     epsilon = exploration.env_epsilons(
-      self._epsilons, inputs.env_ids, inputs.eval_mask, self.config.eval_epsilon
+      table, inputs.env_ids, inputs.eval_mask, self.config.eval_epsilon
     )
     action = exploration.epsilon_greedy(
       np.argmax(q, axis=-1), self._num_actions, epsilon, self._rng

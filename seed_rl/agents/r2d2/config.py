@@ -65,6 +65,9 @@ class R2D2Config:
     Exploration:
       epsilon_base, epsilon_alpha: training env i of N explores with
         epsilon_base ** (1 + epsilon_alpha * i / (N - 1)) (Ape-X, R2D2).
+      epsilon_warmup_steps: learner steps over which each training env's
+        epsilon goes linearly from 1 to its Ape-X value (0: none, as the
+        paper, whose hundreds of actors cover the spectrum).
       eval_epsilon: fixed epsilon of evaluation envs.
     Misc:
       seed: seeds exploration and replay sampling; None draws one.
@@ -100,6 +103,7 @@ class R2D2Config:
   # Exploration.
   epsilon_base: float = 0.4
   epsilon_alpha: float = 7.0
+  epsilon_warmup_steps: int = 0
   eval_epsilon: float = 1e-3
   # Misc.
   seed: Optional[int] = None
@@ -174,6 +178,16 @@ class R2D2Config:
       "epsilon_alpha",
       why="a negative slope gives epsilons above epsilon_base",
     )
+    if (
+      isinstance(self.epsilon_warmup_steps, bool)
+      or not isinstance(self.epsilon_warmup_steps, int)
+      or self.epsilon_warmup_steps < 0
+    ):
+      checks.fail(
+        self,
+        "epsilon_warmup_steps must be an integer >= 0 (learner steps; 0: "
+        f"no warm-up), got {self.epsilon_warmup_steps!r}",
+      )
     checks.positive(self, "learning_rate")
     checks.optimizer_epsilon(self, "optimizer_epsilon")
     checks.max_grad_norm(self)

@@ -189,6 +189,41 @@ def test_per_env_epsilons_formula():
     exploration.env_epsilons(table, np.array([4]), np.array([False]), 1e-3)
 
 
+def test_epsilon_warm_up_from_one_to_the_ape_x_values():
+  table = exploration.per_env_epsilons(4)
+  # Written from eps_i(t) = e_i + (1 - e_i) * max(0, 1 - t / W), W = 100.
+  for step, left in [(0, 1.0), (25, 0.75), (50, 0.5), (100, 0.0), (500, 0.0)]:
+    want = [e + (1 - e) * left for e in table]
+    got = exploration.warmed_up(table, step, 100)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+  np.testing.assert_array_equal(exploration.warmed_up(table, 0, 0), table)
+
+
+def test_agent_explores_uniformly_at_first_with_a_warm_up():
+  agent = R2D2Agent(OBS, ACTIONS, 5, _config(epsilon_warmup_steps=1000))
+  n = 4000
+  rng = np.random.default_rng(3)
+  env_ids = np.full(n, 4, np.int32)  # the greediest env: 0.4 ** 8
+  inputs = ActInputs(
+    env_ids=env_ids,
+    observation=np.repeat(rng.normal(size=(1, 4)), n, 0).astype(np.float32),
+    prev_action=np.zeros(n, np.int64),
+    reward=np.zeros(n, np.float32),
+    done=np.ones(n, bool),
+    core_state=agent.initial_core_state(n),
+    eval_mask=np.zeros(n, bool),
+  )
+  out = agent.act(inputs)
+  # Learner step 0: epsilon 1, each of the 3 actions ~1/3 of the time,
+  # where the Ape-X epsilon alone would give the greedy one ~always.
+  counts = np.bincount(out.action, minlength=3) / n
+  np.testing.assert_allclose(counts, 1 / 3, atol=0.03)
+  evals = agent.act(dataclasses.replace(inputs, eval_mask=np.ones(n, bool)))
+  assert np.bincount(evals.action, minlength=3).max() / n > 0.99
+  with pytest.raises(ValueError, match="epsilon_warmup_steps"):
+    _config(epsilon_warmup_steps=-1)
+
+
 def test_epsilon_greedy_rates():
   rng = np.random.default_rng(0)
   greedy = np.zeros(20000, np.int64)
