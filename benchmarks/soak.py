@@ -1,6 +1,7 @@
 """Soak benchmark: CartPole V-trace under constant faults for a long while.
 
-    python benchmarks/soak.py [--minutes 10] [--kill_every_s 5]
+    python benchmarks/soak.py [--minutes 10] [--kill_every_s 5] \
+        [--restart_learner_every_s 600]
 
 Starts one learner (`python -m seed_rl.learner_main`) and --num_actors actor
 processes on localhost. Every --kill_every_s seconds one actor, picked at
@@ -13,12 +14,18 @@ damage), each on a fresh Hello and stream, and checks that each is served
 or refused with INVALID_ARGUMENT. The learner process's RSS, thread count
 and open file descriptors are sampled from /proc.
 
+With --restart_learner_every_s the learner also gets SIGTERM on that
+schedule (it writes its final checkpoint) and a new one starts on the same
+port and logdir, as a rescheduled pod behind a Service would: it resumes,
+and the actors and the fuzzer reconnect by themselves.
+
 Prints one JSON line: learner and env steps over time (every window after
 warm-up must show learner progress), RSS growth after warm-up (%), threads
-and fds after warm-up and at the end, kills and restarts, fuzz outcomes, and
-`passed` (steps always increasing, RSS growth < 10%, no thread or fd growth
-beyond a small slack, no unexpected fuzz answer, learner exit 0). Exit
-status 0 iff passed.
+and fds after warm-up and at the end, per learner process (`lives`: each
+one's own warm-up, RSS, threads and fds), kills and restarts, fuzz
+outcomes, and `passed` (steps always increasing, RSS growth < 10% within
+every learner process, no thread or fd growth beyond a small slack, no
+unexpected fuzz answer, every learner exit 0). Exit status 0 iff passed.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -264,12 +271,19 @@ def _start_actor(port: int, actor_id: int, k: int) -> subprocess.Popen:
   )
 
 
-def main(argv=None) -> int:  # noqa: C901, PLR0912, PLR0915 (one script of phases)
+def _parse(argv) -> argparse.Namespace:
   p = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )
   p.add_argument("--minutes", type=float, default=10.0)
   p.add_argument("--kill_every_s", type=float, default=5.0)
+  p.add_argument(
+    "--restart_learner_every_s",
+    type=float,
+    default=0.0,
+    help="SIGTERM the learner this often and start a new one on the same "
+    "port and logdir (what a rescheduled pod behind a Service is); 0: never",
+  )
   p.add_argument("--num_actors", type=int, default=2)
   p.add_argument("--envs_per_actor", type=int, default=4)
   p.add_argument(
@@ -277,7 +291,8 @@ def main(argv=None) -> int:  # noqa: C901, PLR0912, PLR0915 (one script of phase
     type=float,
     default=None,
     help="RSS/threads/fds baseline taken after this long, and not before "
-    "the first learner step (default: a fifth of the run, at most 120 s)",
+    "the first learner step (default: a fifth of the run, at most 120 s); "
+    "with restarts, after this long in each learner's life",
   )
   p.add_argument("--sample_every_s", type=float, default=2.0)
   p.add_argument("--fuzz_interval_s", type=float, default=0.02)
@@ -289,19 +304,18 @@ def main(argv=None) -> int:  # noqa: C901, PLR0912, PLR0915 (one script of phase
     help="learner gin bindings (default: small V-trace batches, "
     f"{' ; '.join(SMALL_BATCHES)}, so learner steps come often)",
   )
-  args = p.parse_args(argv)
-  duration = args.minutes * 60.0
-  warmup = (
-    args.warmup_s if args.warmup_s is not None else min(120.0, duration / 5)
-  )
-  window = max(10.0, duration / 10)  # steps must rise in every window
-  k, n = args.envs_per_actor, args.num_actors
-  port = _free_port()
-  address = f"localhost:{port}"
-  rand = random.Random(args.seed)
-  logdir = tempfile.mkdtemp(prefix="seed_rl_soak_")
-  learner = Learner(
-    [
+  return p.parse_args(argv)
+
+
+class _Soak:
+  """The processes of one soak and what was sampled from them."""
+
+  def __init__(self, args: argparse.Namespace, logdir: str):
+    self.args = args
+    self.port = _free_port()
+    address = f"localhost:{self.port}"
+    k, n = args.envs_per_actor, args.num_actors
+    self.learner_args = [
       "--env=classic",
       "--agent=vtrace",
       f"--num_actors={n + 1}",  # the last slot is the fuzzer's
@@ -311,72 +325,112 @@ def main(argv=None) -> int:  # noqa: C901, PLR0912, PLR0915 (one script of phase
       "--gin_bindings=LearnerConfig.target_return = None",
       "--gin_bindings=LearnerConfig.log_every_s = 1.0",
       "--gin_bindings=LearnerConfig.checkpoint_every_s = 30.0",
-    ]
-    + [f"--gin_bindings={b}" for b in (args.gin_bindings or SMALL_BATCHES)]
-  )
-  actors = {i: _start_actor(port, i, k) for i in range(n)}
-  fuzzer = Fuzzer(address, n, k, args.fuzz_interval_s)
-  samples: List[Dict[str, float]] = []
-  kills = unexpected_exits = 0
-  start = time.monotonic()
-  # The clock starts at the learner's first progress line (TF import and
-  # graph building are start-up, not soak).
-  while learner.step < 0:
-    if learner.popen.poll() is not None or time.monotonic() - start > 300:
-      print("".join(learner.tail), file=sys.stderr)
-      return 1
-    time.sleep(0.2)
-  fuzzer.start()
-  t0 = last_kill = last_sample = time.monotonic()
-  try:
-    while (now := time.monotonic()) - t0 < duration:
-      if learner.popen.poll() is not None:
+    ] + [f"--gin_bindings={b}" for b in (args.gin_bindings or SMALL_BATCHES)]
+    self.learner = Learner(self.learner_args)
+    self.actors = {i: _start_actor(self.port, i, k) for i in range(n)}
+    self.fuzzer = Fuzzer(address, n, k, args.fuzz_interval_s)
+    self.samples: List[Dict[str, float]] = []
+    self.life_starts: List[float] = [0.0]  # run seconds each learner began
+    self.restart_codes: List[Optional[int]] = []
+    self.kills = self.unexpected_exits = 0
+    self.last_step, self.last_env_steps = -1, 0
+    self.t0 = time.monotonic()
+
+  def wait_for_first_step(self, learner: "Learner") -> bool:
+    """Until `learner` logs a step (TF import and graph building are start-
+    up, not soak); False if it exits or 300 s pass."""
+    start = time.monotonic()
+    while learner.step < 0:
+      if learner.popen.poll() is not None or time.monotonic() - start > 300:
+        print("".join(learner.tail), file=sys.stderr)
+        return False
+      time.sleep(0.2)
+    return True
+
+  def run(self, duration: float) -> None:
+    args, rand = self.args, random.Random(self.args.seed)
+    self.fuzzer.start()
+    self.t0 = last_kill = last_sample = last_restart = time.monotonic()
+    while (now := time.monotonic()) - self.t0 < duration:
+      if self.learner.popen.poll() is not None:
         break
-      for i, actor in actors.items():
+      for i, actor in self.actors.items():
         if actor.poll() is not None:  # exited on its own: restart it
-          unexpected_exits += 1
-          actors[i] = _start_actor(port, i, k)
+          self.unexpected_exits += 1
+          self.actors[i] = _start_actor(self.port, i, args.envs_per_actor)
       if now - last_kill >= args.kill_every_s:
-        victim = rand.randrange(n)
-        actors[victim].send_signal(signal.SIGKILL)
-        actors[victim].wait(30)
-        actors[victim] = _start_actor(port, victim, k)
-        kills += 1
+        self._kill_one(rand)
         last_kill = now
+      every = args.restart_learner_every_s
+      if every and now - last_restart >= every:
+        if not self._restart_learner():
+          break
+        last_restart = time.monotonic()
       if now - last_sample >= args.sample_every_s:
-        stats = _proc_stats(learner.popen.pid)
-        if stats is not None:
-          samples.append(
-            {
-              "t": round(now - t0, 1),
-              "step": learner.step,
-              "env_steps": learner.env_steps,
-              **stats,
-            }
-          )
+        self._sample(now)
         last_sample = now
       time.sleep(0.1)
-  finally:
-    fuzzer.stop.set()
-    fuzzer.join(30)
-    learner.popen.send_signal(signal.SIGINT)
-    try:
-      learner_rc = learner.popen.wait(120)
-    except subprocess.TimeoutExpired:
-      learner.popen.kill()
-      learner_rc = learner.popen.wait(30)
-    for actor in actors.values():
+
+  def _kill_one(self, rand: random.Random) -> None:
+    victim = rand.randrange(self.args.num_actors)
+    self.actors[victim].send_signal(signal.SIGKILL)
+    self.actors[victim].wait(30)
+    self.actors[victim] = _start_actor(
+      self.port, victim, self.args.envs_per_actor
+    )
+    self.kills += 1
+
+  def _restart_learner(self) -> bool:
+    """SIGTERM (a final checkpoint), then a new learner on the same port
+    and logdir, which resumes; the actors and the fuzzer reconnect."""
+    self.restart_codes.append(_stop(self.learner, signal.SIGTERM))
+    self.learner = Learner(self.learner_args)
+    self.life_starts.append(round(time.monotonic() - self.t0, 1))
+    return self.wait_for_first_step(self.learner)
+
+  def _sample(self, now: float) -> None:
+    stats = _proc_stats(self.learner.popen.pid)
+    if stats is None:
+      return
+    # A new learner logs no step until its first line: carry the last one.
+    if self.learner.step >= 0:
+      self.last_step = self.learner.step
+      self.last_env_steps = self.learner.env_steps
+    self.samples.append(
+      {
+        "t": round(now - self.t0, 1),
+        "life": len(self.life_starts) - 1,
+        "step": self.last_step,
+        "env_steps": self.last_env_steps,
+        **stats,
+      }
+    )
+
+  def stop(self) -> Optional[int]:
+    self.fuzzer.stop.set()
+    self.fuzzer.join(30)
+    rc = _stop(self.learner, signal.SIGINT)
+    for actor in self.actors.values():
       try:
         actor.wait(30)
       except subprocess.TimeoutExpired:
         actor.kill()
         actor.wait(30)
+    return rc
 
-  # Warm-up lasts at least until the first learner step (graph tracing).
-  trained = [s["t"] for s in samples if s["step"] > 0]
-  warmup = max(warmup, trained[0] if trained else samples[-1]["t"])
-  after = [s for s in samples if s["t"] >= warmup] or samples[-1:]
-  base, end = after[0], after[-1]
+
+def _stop(learner: "Learner", sig: int) -> Optional[int]:
+  learner.popen.send_signal(sig)
+  try:
+    return learner.popen.wait(120)
+  except subprocess.TimeoutExpired:
+    learner.popen.kill()
+    return learner.popen.wait(30)
+
+
+def _windows(samples, window: float, warmup: float):
+  """[seconds, learner steps, env steps] once per window, and whether the
+  steps rose in every window from the last one before warm-up on."""
   steps_over_time = []
   next_t = 0.0
   for s in samples:
@@ -394,54 +448,122 @@ def main(argv=None) -> int:  # noqa: C901, PLR0912, PLR0915 (one script of phase
   increasing = len(checked) >= 2 and all(
     b[1] > a[1] for a, b in zip(checked, checked[1:])
   )
-  rss_growth = 100.0 * (end["rss_mb"] - base["rss_mb"]) / base["rss_mb"]
+  return steps_over_time, increasing
+
+
+def _lives(soak: _Soak, warmup: float) -> List[Dict[str, Any]]:
+  """Per learner process: RSS, threads and fds after its warm-up (its own
+  first `warmup` seconds, and its first step) and at its end."""
+  out = []
+  for life, start in enumerate(soak.life_starts):
+    mine = [s for s in soak.samples if s["life"] == life]
+    if not mine:
+      continue
+    trained = [s["t"] for s in mine if s["step"] > 0]
+    begin = max(start + warmup, trained[0] if trained else mine[-1]["t"])
+    after = [s for s in mine if s["t"] >= begin] or mine[-1:]
+    base, end = after[0], after[-1]
+    out.append(
+      {
+        "life": life,
+        "start_s": start,
+        "warm_s": base["t"],
+        "end_s": end["t"],
+        "rss_mb_after_warmup": round(base["rss_mb"], 1),
+        "rss_mb_end": round(end["rss_mb"], 1),
+        "rss_mb_max_after_warmup": round(max(s["rss_mb"] for s in after), 1),
+        "rss_growth_pct": round(
+          100.0 * (end["rss_mb"] - base["rss_mb"]) / base["rss_mb"], 2
+        ),
+        "threads": [base["threads"], end["threads"]],
+        "fds": [base["fds"], end["fds"]],
+      }
+    )
+  return out
+
+
+def main(argv=None) -> int:
+  args = _parse(argv)
+  duration = args.minutes * 60.0
+  warmup = (
+    args.warmup_s if args.warmup_s is not None else min(120.0, duration / 5)
+  )
+  window = max(10.0, duration / 10)  # steps must rise in every window
+  logdir = tempfile.mkdtemp(prefix="seed_rl_soak_")
+  soak = _Soak(args, logdir)
+  if not soak.wait_for_first_step(soak.learner):
+    soak.stop()
+    return 1
+  try:
+    soak.run(duration)
+  finally:
+    learner_rc = soak.stop()
+  samples = soak.samples
+  lives = _lives(soak, warmup)
+  first = lives[0]
+  steps_over_time, increasing = _windows(
+    samples, window, max(warmup, first["warm_s"])
+  )
+  worst = max(lives, key=lambda life: life["rss_growth_pct"])
   result = {
     "benchmark": "soak",
     "minutes": args.minutes,
-    "num_actors": n,
-    "envs_per_actor": k,
-    "kills": kills,
-    "unexpected_actor_exits": unexpected_exits,
+    "num_actors": args.num_actors,
+    "envs_per_actor": args.envs_per_actor,
+    "kills": soak.kills,
+    "unexpected_actor_exits": soak.unexpected_exits,
+    "learner_restarts": len(soak.life_starts) - 1,
     # [seconds, learner steps, env steps], one per window.
     "learner_steps": steps_over_time,
     "steps_always_increasing": increasing,
     # None: the first train step (TF tracing) never finished: too short
     # a run for this machine's load.
-    "first_learner_step_s": trained[0] if trained else None,
-    "warmup_s": round(warmup, 1),
+    "first_learner_step_s": next(
+      (s["t"] for s in samples if s["step"] > 0), None
+    ),
+    "warmup_s": round(first["warm_s"], 1),
     "rss_mb": {
       "start": round(samples[0]["rss_mb"], 1),
-      "after_warmup": round(base["rss_mb"], 1),
-      "end": round(end["rss_mb"], 1),
-      "max_after_warmup": round(max(s["rss_mb"] for s in after), 1),
+      "after_warmup": first["rss_mb_after_warmup"],
+      "end": lives[-1]["rss_mb_end"],
+      "max_after_warmup": max(
+        life["rss_mb_max_after_warmup"] for life in lives
+      ),
     },
-    "rss_growth_after_warmup_pct": round(rss_growth, 2),
+    # The largest growth within one learner process after its warm-up.
+    "rss_growth_after_warmup_pct": worst["rss_growth_pct"],
     "threads": {
       "start": samples[0]["threads"],
-      "after_warmup": base["threads"],
-      "end": end["threads"],
+      "after_warmup": first["threads"][0],
+      "end": lives[-1]["threads"][1],
       "max": max(s["threads"] for s in samples),
     },
     "fds": {
       "start": samples[0]["fds"],
-      "after_warmup": base["fds"],
-      "end": end["fds"],
+      "after_warmup": first["fds"][0],
+      "end": lives[-1]["fds"][1],
       "max": max(s["fds"] for s in samples),
     },
-    "fuzz": dict(fuzzer.counts, unexpected=fuzzer.unexpected[:5]),
+    "lives": lives,
+    "restart_exit_codes": soak.restart_codes,
+    "fuzz": dict(soak.fuzzer.counts, unexpected=soak.fuzzer.unexpected[:5]),
     "learner_exit": learner_rc,
   }
   result["passed"] = bool(
     increasing
-    and rss_growth < 10.0
-    and end["threads"] <= base["threads"] + SLACK
-    and end["fds"] <= base["fds"] + SLACK
-    and not fuzzer.unexpected
+    and worst["rss_growth_pct"] < 10.0
+    and all(
+      life["threads"][1] <= life["threads"][0] + SLACK
+      and life["fds"][1] <= life["fds"][0] + SLACK
+      for life in lives
+    )
+    and not soak.fuzzer.unexpected
     and learner_rc == 0
+    and all(rc == 0 for rc in soak.restart_codes)
   )
   print(json.dumps(result))
   if learner_rc != 0:
-    print("".join(learner.tail), file=sys.stderr)
+    print("".join(soak.learner.tail), file=sys.stderr)
   shutil.rmtree(logdir, ignore_errors=True)
   return 0 if result["passed"] else 1
 
