@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Optional
 
+from seed_rl.common import memory
 from seed_rl.common import metrics as metrics_lib
 from seed_rl.common import profiling
 from seed_rl.common.learner_config import LearnerConfig
@@ -108,6 +109,8 @@ class Reporter:
     scalars["actors/discarded_partial_unrolls"] = c.discarded_partial_unrolls
     scalars["integrity/episode_stat_mismatches"] = c.episode_stat_mismatches
     scalars["integrity/uncounted_episodes"] = c.uncounted_episodes
+    # Sampled every report, so a growth shows in TensorBoard with its owner.
+    scalars.update(memory.memory_scalars())
     batches = c.batches - last.batches
     if batches:
       scalars["perf/inference_batch_size"] = (c.envs - last.envs) / batches

@@ -271,6 +271,10 @@ COMMON_DIAGNOSTICS = {
   "perf/samples_per_env_step",
   "perf/policy_lag",
   "perf/env_steps_per_s",
+  "system/rss_mib",
+  "system/malloc_in_use_mib",
+  "system/malloc_free_mib",
+  "system/python_blocks",
 }
 AGENT_DIAGNOSTICS = {
   "vtrace": {

@@ -1,0 +1,101 @@
+"""Where the learner process's memory is: RSS split by who holds it.
+
+RSS alone cannot tell a leak from an allocator that keeps freed pages, so
+the learner also writes (TensorBoard, `system/*`, every report):
+
+- `system/rss_mib`: resident memory (/proc/self/status VmRSS);
+- `system/malloc_in_use_mib`: bytes glibc's malloc has handed out and not
+  had back, over all arenas and mmap'd chunks (mallinfo2 `uordblks +
+  hblkhd`): TensorFlow's CPU tensors, NumPy arrays, gRPC buffers and
+  Python's large objects. Growth here is live data: a cache or a leak;
+- `system/malloc_free_mib`: bytes freed to malloc and kept by it
+  (`fordblks`): growth here is fragmentation, returned by `malloc_trim`;
+- `system/python_blocks`: blocks Python's small-object allocator holds
+  (`sys.getallocatedblocks`), a count of live small Python objects;
+- `system/threads`, `system/fds`.
+
+Whatever RSS holds beyond malloc's in-use and free bytes is Python's
+small-object arenas, thread stacks and mapped code. mallinfo2 needs glibc
+2.33 or later; elsewhere the two malloc scalars are left out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+from typing import Dict, Optional
+
+_MIB = 1024.0 * 1024.0
+
+
+class _Mallinfo2(ctypes.Structure):
+  # glibc's struct mallinfo2: ten size_t fields, in this order.
+  _fields_ = [
+    (name, ctypes.c_size_t)
+    for name in (
+      "arena", "ordblks", "smblks", "hblks", "hblkhd",
+      "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+    )
+  ]  # fmt: skip
+
+
+def _load_mallinfo2():
+  try:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    fn = libc.mallinfo2
+  except (OSError, AttributeError):  # not glibc, or glibc < 2.33
+    return None
+  fn.restype = _Mallinfo2
+  fn.argtypes = []
+  return fn
+
+
+_MALLINFO2 = _load_mallinfo2()
+
+
+def malloc_mib() -> Optional[Dict[str, float]]:
+  """{'in_use': MiB, 'free': MiB} of glibc's malloc; None without it."""
+  if _MALLINFO2 is None:
+    return None
+  info = _MALLINFO2()
+  return {
+    "in_use": (info.uordblks + info.hblkhd) / _MIB,
+    "free": info.fordblks / _MIB,
+  }
+
+
+def _status(pid: str = "self") -> Dict[str, int]:
+  """VmRSS (KiB) and Threads from /proc/<pid>/status; {} where unreadable."""
+  out: Dict[str, int] = {}
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "Threads"):
+          out[key] = int(value.split()[0])
+  except OSError:
+    pass
+  return out
+
+
+def memory_scalars() -> Dict[str, float]:
+  """The `system/*` scalars above for this process (those it can read)."""
+  scalars: Dict[str, float] = {
+    "system/python_blocks": float(sys.getallocatedblocks())
+  }
+  status = _status()
+  if "VmRSS" in status:
+    scalars["system/rss_mib"] = status["VmRSS"] / 1024.0
+  if "Threads" in status:
+    scalars["system/threads"] = float(status["Threads"])
+  try:
+    scalars["system/fds"] = float(len(os.listdir("/proc/self/fd")))
+  except OSError:
+    pass
+  heap = malloc_mib()
+  if heap is not None:
+    scalars["system/malloc_in_use_mib"] = heap["in_use"]
+    scalars["system/malloc_free_mib"] = heap["free"]
+  return scalars
