@@ -337,15 +337,18 @@ class Proc:
     return {"threads": self._status("Threads"), "fds": fds}
 
   def stop(self, sig: int, timeout: float) -> Optional[int]:
-    """Sends `sig`; waits up to `timeout` s; kills the group if still up."""
+    """Sends `sig`; waits up to `timeout` s; kills the group if still up.
+    Returns the exit code (None when killed)."""
     if self.popen.poll() is None:
       self.popen.send_signal(sig)
     try:
-      return self.popen.wait(timeout=timeout)
+      code: Optional[int] = self.popen.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
       os.killpg(self.popen.pid, 9)
       self.popen.wait(timeout=10)
-      return None
+      code = None
+    self._reader.join(timeout=5)  # its last lines are in `lines` on return
+    return code
 
 
 def read_json(path: str) -> Optional[dict]:
