@@ -196,6 +196,7 @@ def main(argv=None) -> int:
     return 2
   profiler = _profiler(args.profile)
   learner = _learner(run, checkpointer, profiler)
+  learner.freeze_gc_after_first_update = True  # this process is the learner's
   if args.hypertune_metric:
     learner.reporter.hypertune = tuning.HypertuneReporter(args.hypertune_metric)
   if not security.is_loopback(args.server_address) and not (

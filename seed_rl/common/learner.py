@@ -21,6 +21,7 @@ import numpy as np
 from seed_rl.common import agent_api
 from seed_rl.common import episode_stats
 from seed_rl.common import frames as frames_lib
+from seed_rl.common import memory
 from seed_rl.common import metrics as metrics_lib
 from seed_rl.common import profiling
 from seed_rl.common.agent_api import ActInputs, Agent
@@ -139,6 +140,10 @@ class Learner:
     # Set when training is over for good (not a restart): actors then exit.
     self.finished = False
     self.finish_on_stop_event = True
+    # A learner process (learner_main) freezes its start-up objects out of
+    # the cyclic GC once the first update is done (memory.freeze_long_lived);
+    # off for learners that share a process, e.g. in tests.
+    self.freeze_gc_after_first_update = False
     # Console, TensorBoard and tuning-metric output; when to stop.
     self.reporter = Reporter(
       self.config, self.episodes, summary_writer, profiler
@@ -550,8 +555,14 @@ class Learner:
     self._start = self._last_log = time.monotonic()
     self.reporter.start(self._start, self.counters())
     reason = None
+    freeze = self.freeze_gc_after_first_update
+    first_step = self._policy_version()  # > 0 when resumed
     while reason is None:
       stopped = stop_event.wait(min(0.5, self.config.log_every_s))
+      if freeze and self._policy_version() > first_step:
+        # By the first update TensorFlow has traced inference and training.
+        memory.freeze_long_lived()
+        freeze = False
       now = time.monotonic()
       if now - self._last_log >= self.config.log_every_s:
         self._report(now)

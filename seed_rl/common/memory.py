@@ -17,12 +17,24 @@ the learner also writes (TensorBoard, `system/*`, every report):
 Whatever RSS holds beyond malloc's in-use and free bytes is Python's
 small-object arenas, thread stacks and mapped code. mallinfo2 needs glibc
 2.33 or later; elsewhere the two malloc scalars are left out.
+
+`freeze_long_lived` takes what a learner process built at start-up
+(TensorFlow's modules and traced graphs, ~1.7M objects) out of the cyclic
+garbage collector's reach. Python runs a full collection only once the
+objects that survived into its oldest generation since the last one number
+a quarter of those already there, so with TensorFlow loaded the cyclic
+garbage a server makes (gRPC's aio calls that end in an abort leave some:
+a fuzzing client at ~30 refused calls/s made ~450 blocks/s) piles up for
+~15 minutes before each full collection, and RSS keeps the high-water mark
+(+9% in the soak). With the start-up objects frozen, full collections come
+often and only walk what was made since.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import os
 import sys
 from typing import Dict, Optional
@@ -99,3 +111,18 @@ def memory_scalars() -> Dict[str, float]:
     scalars["system/malloc_in_use_mib"] = heap["in_use"]
     scalars["system/malloc_free_mib"] = heap["free"]
   return scalars
+
+
+def freeze_long_lived() -> int:
+  """One full collection, then every object alive is moved to the
+  permanent generation (gc.freeze): reference counting still frees them,
+  the cyclic collector no longer walks them. Returns how many were frozen.
+  Call once, from the process's main thread, when start-up is over."""
+  gc.collect()
+  gc.freeze()
+  count = gc.get_freeze_count()
+  # The size of the oldest generation, against which the next full
+  # collection is weighed, is only re-measured by a full collection: this
+  # one walks nothing (everything is frozen) and sets it to ~0.
+  gc.collect()
+  return count

@@ -1,12 +1,18 @@
-"""The learner's memory scalars: RSS split into malloc's live and kept bytes."""
+"""The learner's memory: RSS split into malloc's live and kept bytes, and the
+start-up objects frozen out of the cyclic GC once training runs."""
+
+import time
 
 import numpy as np
 import pytest
 
 from seed_rl.common import memory
 from seed_rl.common import metrics as metrics_lib
+from seed_rl.common.learner import Learner
 from seed_rl.common.learner_config import LearnerConfig
 from seed_rl.common.reporting import Counters, Reporter
+from seed_rl.common.specs import ArraySpec
+from tests.support.recording_agent import RecordingAgent
 
 needs_glibc = pytest.mark.skipif(
   memory.malloc_mib() is None, reason="mallinfo2 needs glibc 2.33 or later"
@@ -49,3 +55,92 @@ def test_every_report_carries_them():
   assert {"system/threads", "system/fds", "system/python_blocks"} <= set(
     scalars
   )
+
+
+def test_frozen_objects_are_left_alone_and_later_cycles_collected():
+  import gc
+  import weakref
+
+  class Node:
+    pass
+
+  old = Node()
+  old.me = old  # a cycle alive at the freeze
+  try:
+    assert memory.freeze_long_lived() > 0
+    old_ref = weakref.ref(old)
+    del old
+    new = Node()
+    new.me = new  # a cycle made after it
+    new_ref = weakref.ref(new)
+    del new
+    gc.collect()
+    assert new_ref() is None  # collected
+    assert old_ref() is not None  # frozen: the collector does not walk it
+  finally:
+    gc.unfreeze()
+  gc.collect()
+  assert old_ref() is None
+
+
+def test_after_the_freeze_full_collections_come_without_waiting():
+  import gc
+
+  long_lived = [[i] for i in range(1_000_000)]  # as TensorFlow's objects
+  gc.collect()
+  try:
+    memory.freeze_long_lived()
+    before = gc.get_stats()[2]["collections"]
+    survivors = []
+    for _ in range(150_000):  # cycles that outlive the young collections
+      cycle = []
+      cycle.append(cycle)
+      survivors.append(cycle)
+      if len(survivors) > 20_000:
+        survivors.clear()
+    # Weighed against the 1M frozen objects (a quarter of them: 250k), these
+    # ~150k would not start a full collection.
+    assert gc.get_stats()[2]["collections"] > before
+  finally:
+    gc.unfreeze()
+    del long_lived
+
+
+class _CountingAgent(RecordingAgent):
+  """Each train_step is one update (the step counter moves)."""
+
+  def __init__(self, *args, first_step=0, trains=True):
+    super().__init__(*args)
+    self._step.value = first_step
+    self._trains = trains
+
+  def train_step(self):
+    time.sleep(0.05)
+    if self._trains:
+      self._step.value += 1
+    return {}
+
+
+@pytest.mark.parametrize(
+  "flag, first_step, trains, expected",
+  [
+    (True, 0, True, 1),  # once, after the first update
+    (False, 0, True, 0),  # learners that share a process: never
+    (True, 7, False, 0),  # resumed at step 7, no update yet: not before it
+  ],
+)
+def test_learner_freezes_once_after_its_first_update(
+  monkeypatch, flag, first_step, trains, expected
+):
+  calls = []
+  monkeypatch.setattr(memory, "freeze_long_lived", lambda: calls.append(1))
+  obs_spec = ArraySpec((1,), "float32")
+  act_spec = ArraySpec((), "int32", num_values=2)
+  agent = _CountingAgent(
+    obs_spec, act_spec, 1, first_step=first_step, trains=trains
+  )
+  config = LearnerConfig(max_seconds=1.2, log_every_s=0.5)
+  learner = Learner(agent, obs_spec, act_spec, 1, 0, config)
+  learner.freeze_gc_after_first_update = flag
+  assert learner.run() == "max_seconds 1.2 reached"
+  assert len(calls) == expected
