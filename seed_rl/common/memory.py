@@ -78,11 +78,11 @@ def malloc_mib() -> Optional[Dict[str, float]]:
   }
 
 
-def _status(pid: str = "self") -> Dict[str, int]:
-  """VmRSS (KiB) and Threads from /proc/<pid>/status; {} where unreadable."""
+def _status() -> Dict[str, int]:
+  """VmRSS (KiB) and Threads from /proc/self/status; {} where unreadable."""
   out: Dict[str, int] = {}
   try:
-    with open(f"/proc/{pid}/status") as f:
+    with open("/proc/self/status") as f:
       for line in f:
         key, _, value = line.partition(":")
         if key in ("VmRSS", "Threads"):
