@@ -32,6 +32,7 @@ import shutil
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from seed_rl.common import replay_state
@@ -194,13 +195,14 @@ class Checkpointer:
   # ------------------------------------------------------------- writing --
   def save(self, env_steps: int) -> Optional[str]:
     """Writes a checkpoint durably; None (with a warning) if it failed."""
-    self._env_steps.assign(env_steps)
+    # NumPy, not Python ints: see metrics.SummaryWriter.write.
+    self._env_steps.assign(np.int64(env_steps))
     existing = self.checkpoints()
     number = 1 + max([self._number(p) for p in existing], default=0)
     prefix = os.path.join(self.directory, f"{_PREFIX}-{number}")
     try:
       os.makedirs(self.directory, exist_ok=True)
-      self._checkpoint.save_counter.assign(number)
+      self._checkpoint.save_counter.assign(np.int64(number))
       path = self._checkpoint.write(prefix)
       if self._replay is not None:
         self.replay_written = replay_state.write(

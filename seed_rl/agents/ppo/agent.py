@@ -252,7 +252,9 @@ class PPOAgent(queue_fed.RawActionAgent):
     inputs = self._time_major(batch)
     inputs = inputs._replace(rewards=self._prepare(inputs, batch.env_ids))
     learning_rate, clip_ratio = self._annealed(step)
-    self._optimizer.learning_rate.assign(learning_rate)
+    # NumPy scalars: eager TensorFlow caches every distinct Python number it
+    # converts, for good (see metrics.SummaryWriter.write).
+    self._optimizer.learning_rate.assign(np.float32(learning_rate))
 
     # One shuffled order of the T*B transitions per epoch; the update runs
     # all epochs and minibatches in one graph call (4x faster than a Python
@@ -264,10 +266,12 @@ class PPOAgent(queue_fed.RawActionAgent):
     out = self._update_fn(*inputs, order, np.float32(clip_ratio))
     if cfg.loss == "kl_penalty":
       self._kl_coef.assign(
-        loss_lib.adapt_kl_coef(
-          float(self._kl_coef.numpy()),
-          float(out["ppo/update_kl_final"]),
-          cfg.kl_target,
+        np.float32(
+          loss_lib.adapt_kl_coef(
+            float(self._kl_coef.numpy()),
+            float(out["ppo/update_kl_final"]),
+            cfg.kl_target,
+          )
         )
       )
     self._step_counter.assign_add(1)
