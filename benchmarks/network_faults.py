@@ -17,12 +17,15 @@ learner get SIGTERM. One JSON line per scenario:
   every actor of those hosts stepped again (its stats file grew); null where
   none was cut off, "never" if one did not within the after window;
 - `episodes_played` (the actors' own count, their stats files as they
-  ended) and `episodes_counted` (the learner's, its result.json as it
-  exited; of every learner process in `preempt`); a resumed learner skips
-  each env's first, partly unseen episode (`episodes_skipped_on_resume`),
-  and an actor's last batch, stepped but never sent, holds at most one
-  episode per env, so `counted + skipped <= played <= counted + skipped +
-  envs` holds when nothing is lost or counted twice;
+  ended), `episodes_counted` and `episodes_uncounted` (the learner's, its
+  result.json as it exited; summed over every learner process in
+  `preempt`). A resumed learner leaves out each env's first, partly unseen
+  episode (uncounted, at most one per env per resume; it may be one the
+  old learner counted, when the batch that ended it was resent after the
+  restart), and an actor's last batch, stepped but never sent, holds at
+  most one episode per env, so nothing is counted twice when `counted <=
+  played`, and nothing is lost when `played <= counted + uncounted +
+  envs`;
 - `preempted` (scenario `preempt`): the learner's exit code and seconds to
   exit after SIGTERM, its step and return(last100) then, and the step the
   new learner resumed from (its final checkpoint);
@@ -253,11 +256,18 @@ class _Windows:
     self.actors, self.envs_per_actor = actors, envs
     self.learners = [learner]  # one more after each preemption
     self.episodes_counted: List[int] = []  # by each learner that exited
+    self.episodes_uncounted: List[int] = []
     self.marks = {"start": time.monotonic()}
     self.samples = {"start": _host_steps(actors)}
     self.rss: Dict[str, Optional[float]] = {}
     self.resumed: Dict[str, float] = {}
     self._watch: Tuple[str, ...] = ()
+
+  def count_episodes(self, result: Optional[Dict[str, Any]]) -> None:
+    """Adds what an exited learner counted (its result.json) to the run's."""
+    result = result or {}
+    self.episodes_counted.append(result.get("episodes", 0))
+    self.episodes_uncounted.append(result.get("uncounted_episodes", 0))
 
   @property
   def learner(self) -> Proc:
@@ -296,7 +306,7 @@ def _preempt(
   before = _learner_at(old, time.monotonic())
   t0 = time.monotonic()
   rc = old.stop(signal.SIGTERM, timeout=120)
-  run.episodes_counted.append((read_json(result) or {}).get("episodes", 0))
+  run.count_episodes(read_json(result))
   out: Dict[str, Any] = {
     "exit_code": rc,
     "exit_s": round(time.monotonic() - t0, 1),
@@ -333,12 +343,10 @@ def _finish(run: _Windows, result: str) -> Dict[str, Any]:
   t0 = time.monotonic()
   rc = learner.stop(signal.SIGTERM, timeout=120)
   out["learner_exit"] = {"code": rc, "seconds": round(time.monotonic() - t0, 1)}
-  run.episodes_counted.append((read_json(result) or {}).get("episodes", 0))
+  run.count_episodes(read_json(result))
   out["episodes_counted"] = sum(run.episodes_counted)
-  # A resumed learner skips every env's first, partly unseen episode
-  # (seed_rl/common/episode_stats.py).
-  envs = sum(len(procs) for procs in actors.values()) * run.envs_per_actor
-  out["episodes_skipped_on_resume"] = envs * (len(run.learners) - 1)
+  out["episodes_uncounted"] = sum(run.episodes_uncounted)
+  out["learner_resumes"] = len(run.learners) - 1
   return out
 
 

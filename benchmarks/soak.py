@@ -31,7 +31,8 @@ live and kept bytes and Python's small blocks, from the learner's own
 `system/*` scalars, seed_rl/common/memory.py), kills, restarts and faults,
 fuzz outcomes, and `passed` (steps always increasing, RSS growth below
 --max_rss_growth_pct within every learner process, no thread or fd growth
-beyond a small slack, no unexpected fuzz answer, every learner exit 0).
+beyond a small slack, no unexpected fuzz answer, every learner exit 0; a
+fuzzed call may end CANCELLED only while a learner is stopping).
 Exit status 0 iff passed.
 """
 
@@ -70,6 +71,7 @@ SMALL_BATCHES = [
   "VtraceConfig.unroll_length = 10",
   "VtraceConfig.batch_size = 4",
 ]
+CANCEL_SLACK_S = 2.0
 ACTOR_HOSTS = ("actors0", "actors1")  # with --network; the fuzzer on the last
 
 
@@ -247,6 +249,9 @@ class _Soak:
     self.samples: List[Dict[str, float]] = []
     self.life_starts: List[float] = [0.0]  # run seconds each learner began
     self.restart_codes: List[Optional[int]] = []
+    # Wall-clock (time.time) spans from each SIGTERM to the learner's exit:
+    # the only times a fuzzed call may end CANCELLED.
+    self.learner_stops: List[Tuple[float, float]] = []
     self.faults: List[Dict[str, Any]] = []
     self.kills = self.unexpected_exits = 0
     self.last_step, self.last_env_steps = -1, 0
@@ -340,7 +345,9 @@ class _Soak:
   def _restart_learner(self) -> bool:
     """SIGTERM (a final checkpoint), then a new learner on the same port
     and logdir, which resumes; the actors and the fuzzer reconnect."""
+    sent = time.time()
     self.restart_codes.append(_stop(self.learner, signal.SIGTERM))
+    self.learner_stops.append((sent, time.time()))
     self.learner = Learner(self.learner_args, self._prefix("learner"))
     self.life_starts.append(round(time.monotonic() - self.t0, 1))
     return self.wait_for_first_step(self.learner)
@@ -385,6 +392,27 @@ def _stop(learner: "Learner", sig: int) -> Optional[int]:
     return learner.popen.wait(30)
 
 
+def _cancelled_while_stopping(
+  fuzz: Dict[str, Any], stops: List[Tuple[float, float]]
+) -> Dict[str, Any]:
+  """The fuzzer's counts with its CANCELLED calls counted: each must end
+  while a learner was stopping (its server cancels the calls in flight;
+  actors take that as the learner gone, seed_rl/grpc/client.py), give or
+  take `CANCEL_SLACK_S`; any other is unexpected."""
+  fuzz = dict(fuzz)
+  cancelled = fuzz.pop("cancelled_at", [])
+  stray = [
+    t
+    for t in cancelled
+    if not any(a - CANCEL_SLACK_S <= t <= b + CANCEL_SLACK_S for a, b in stops)
+  ]
+  fuzz["cancelled_while_stopping"] = len(cancelled) - len(stray)
+  fuzz["unexpected"] = list(fuzz.get("unexpected", [])) + [
+    f"CANCELLED at {t:.1f} while no learner was stopping" for t in stray
+  ]
+  return fuzz
+
+
 def main(argv=None) -> int:
   args = _parse(argv)
   duration = args.minutes * 60.0
@@ -415,7 +443,7 @@ def main(argv=None) -> int:
     if lab is not None:
       lab.down()
   result["learner_exit"] = learner_rc
-  result["fuzz"] = fuzz
+  result["fuzz"] = _cancelled_while_stopping(fuzz, soak.learner_stops)
   result["passed"] = bool(
     result["steps_always_increasing"]
     and result["rss_growth_after_warmup_pct"] < args.max_rss_growth_pct

@@ -9,8 +9,11 @@ dtype, shape, payload bytes, truncation, extension, cleared fields, raw wire
 damage), each on a fresh Hello and stream, one every INTERVAL_S, and checks
 that each is served or refused with INVALID_ARGUMENT (a learner that is
 away, restarting or cut off answers UNAVAILABLE or DEADLINE_EXCEEDED, which
-are allowed). On SIGTERM or SIGINT it stops and prints one JSON line:
-{"served", "invalid_argument", "retried", "unexpected": [first 5]}.
+are allowed; a call in flight while a learner stops is CANCELLED, which the
+soak allows only then, by the wall-clock times in `cancelled_at`). On
+SIGTERM or SIGINT it stops and prints one JSON line: {"served",
+"invalid_argument", "retried", "cancelled_at": [time.time()],
+"unexpected": [first 5]}.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -107,6 +111,7 @@ class Fuzzer(threading.Thread):
     self.stop = threading.Event()
     self.counts = {"served": 0, "invalid_argument": 0, "retried": 0}
     self.unexpected: List[str] = []
+    self.cancelled_at: List[float] = []
 
   def run(self) -> None:
     rng = np.random.default_rng(0)
@@ -133,7 +138,9 @@ class Fuzzer(threading.Thread):
         session = hello(request, timeout=10).session_id
       except grpc.RpcError as e:  # the previous stream not released yet
         self.counts["retried"] += 1
-        if e.code() not in (
+        if e.code() == grpc.StatusCode.CANCELLED:
+          self.cancelled_at.append(time.time())
+        elif e.code() not in (
           grpc.StatusCode.ALREADY_EXISTS,
           grpc.StatusCode.UNAVAILABLE,
           grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -154,6 +161,8 @@ class Fuzzer(threading.Thread):
       except grpc.RpcError as e:
         if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
           self.counts["invalid_argument"] += 1
+        elif e.code() == grpc.StatusCode.CANCELLED:
+          self.cancelled_at.append(time.time())
         elif e.code() not in (
           grpc.StatusCode.UNAVAILABLE,
           grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -172,7 +181,15 @@ def main(argv=None) -> int:
   fuzzer.start()
   while fuzzer.is_alive():  # the main thread, so the signals get through
     fuzzer.join(0.5)
-  print(json.dumps(dict(fuzzer.counts, unexpected=fuzzer.unexpected[:5])))
+  print(
+    json.dumps(
+      dict(
+        fuzzer.counts,
+        cancelled_at=fuzzer.cancelled_at,
+        unexpected=fuzzer.unexpected[:5],
+      )
+    )
+  )
   return 0
 
 

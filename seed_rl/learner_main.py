@@ -524,6 +524,9 @@ def _write_result(logdir, reason, learner, profiler) -> None:
     "env_steps": int(learner.env_steps),
     "learner_steps": int(learner.agent.step_counter.numpy()),
     "episodes": learner.episodes.episodes,
+    # Ended episodes whose start this process did not see (after a resume,
+    # or an actor restart): left out of "episodes".
+    "uncounted_episodes": int(learner.uncounted_episodes),
     "final_return": recent,
     # Reached the target at some point of the run (the mean may dip
     # below it again before shutdown).
