@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 from tests.support.helpers import saved_logdir
+from tests.support.video import read_video
 import numpy as np
 import pytest
 
@@ -27,7 +28,7 @@ from seed_rl import evaluate
 from seed_rl.common import evaluation
 from seed_rl.common import saved_run
 
-imageio = pytest.importorskip("imageio.v2")
+pytest.importorskip("imageio.v2")
 pytest.importorskip("imageio_ffmpeg")
 
 
@@ -136,9 +137,7 @@ def test_evaluate_prints_json_and_writes_video(tmp_path):
   assert result["checkpoint"].startswith(os.path.join(logdir, "checkpoints"))
 
   # One episode of env 0 (the first to end), one frame per step.
-  reader = imageio.get_reader(video)
-  frames = [frame for frame in reader]
-  reader.close()
+  frames, _ = read_video(video)
   assert len(frames) == result["video_frames"]
   assert len(frames) in result["episode_lengths"]
   assert frames[0].shape == (400, 600, 3)

@@ -52,6 +52,11 @@ def _data(rng, steps, batch, k, frame, dtype, starts_p):
     (5, 2, (3,), "float32", 0.3),
     (8, 3, (4, 4), "uint8", 0.0),
     (4, 4, (2, 3), "uint8", 1.0),  # every step starts an episode
+    # uint8 stacks of up to 4 are built as uint32 words; these cover k < 4
+    # with starts (masked words), and k = 5 (the per-channel path).
+    (7, 3, (4, 4), "uint8", 0.3),
+    (5, 2, (3,), "uint8", 0.4),
+    (9, 5, (3, 2), "uint8", 0.2),
   ],
 )
 def test_stack_frames_matches_step_by_step_stacking(
@@ -70,6 +75,21 @@ def test_stack_frames_matches_step_by_step_stacking(
     np.swapaxes(extended, 0, 1), np.swapaxes(starts, 0, 1), k
   )
   np.testing.assert_array_equal(np.swapaxes(numpy, 0, 1), want)
+
+
+def test_a_start_at_step_0_only_needs_no_masks():
+  """Words skip the masking pass when no episode starts after step 0; step
+  0's start is already in the (zeroed) history."""
+  rng = np.random.default_rng(3)
+  history, frames, starts = _data(rng, 6, 3, 4, (5, 4), "uint8", 0.0)
+  starts[0, 1] = True
+  history[:, 1] = 0
+  want = _reference(history, frames, starts, 4)
+  extended = np.concatenate([history, frames], axis=0)
+  got = frame_stacks.stack_frames(
+    tf.constant(extended), tf.constant(starts), 4
+  ).numpy()
+  np.testing.assert_array_equal(got, want)
 
 
 def test_observations_in_a_compiled_step_with_unknown_sizes():

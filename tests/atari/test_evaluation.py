@@ -27,6 +27,7 @@ import sys
 import types
 
 from tests.support.helpers import saved_logdir
+from tests.support.video import read_video
 import numpy as np
 import pytest
 
@@ -341,25 +342,12 @@ def pong_logdir(tmp_path_factory):
   return saved_logdir(logdir, "atari", "vtrace", env_steps=4321)
 
 
-def test_evaluate_prints_the_human_normalized_score(pong_logdir):
+def _evaluate_cli(logdir, *flags):
+  """`python -m seed_rl.evaluate --logdir logdir *flags` in its own
+  process (so its ffmpeg child, if any, is forked from a process without
+  gRPC: tests/support/video.py): its one JSON line, parsed."""
   proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "seed_rl.evaluate",
-      "--logdir",
-      pong_logdir,
-      "--episodes",
-      "3",
-      "--num_envs",
-      "2",
-      "--protocol",
-      "sticky",
-      "--max_episode_frames",
-      "400",
-      "--seed",
-      "3",
-    ],
+    [sys.executable, "-m", "seed_rl.evaluate", "--logdir", logdir, *flags],
     cwd=ROOT,
     capture_output=True,
     text=True,
@@ -369,7 +357,23 @@ def test_evaluate_prints_the_human_normalized_score(pong_logdir):
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = [s for s in proc.stdout.splitlines() if s.startswith("{")]
   assert len(lines) == 1, proc.stdout
-  result = json.loads(lines[0])
+  return json.loads(lines[0])
+
+
+def test_evaluate_prints_the_human_normalized_score(pong_logdir):
+  result = _evaluate_cli(
+    pong_logdir,
+    "--episodes",
+    "3",
+    "--num_envs",
+    "2",
+    "--protocol",
+    "sticky",
+    "--max_episode_frames",
+    "400",
+    "--seed",
+    "3",
+  )
   assert result["env"] == "atari" and result["game"] == "pong"
   assert result["episodes"] == 3
   assert result["env_steps"] == 4321
@@ -384,42 +388,37 @@ def test_evaluate_prints_the_human_normalized_score(pong_logdir):
 
 
 def test_video_records_the_scored_game_in_colour(pong_logdir, tmp_path):
-  imageio = pytest.importorskip(
+  pytest.importorskip(
     "imageio.v2", reason="the video extra: pip install -e '.[video]'"
   )
   pytest.importorskip(
     "imageio_ffmpeg", reason="the video extra: pip install -e '.[video]'"
   )
-  run = saved_run.load_run(pong_logdir)
   frames = {}
   for source in ("game", "agent"):
     path = str(tmp_path / f"{source}.mp4")
-    result = evaluate.evaluate(
-      run,
-      _args(
-        "--episodes",
-        "2",
-        "--seed",
-        "5",
-        "--video",
-        path,
-        "--protocol",
-        "noop30",
-        "--max_episode_frames",
-        "200",
-        "--video_source",
-        source,
-      ),
+    result = _evaluate_cli(
+      pong_logdir,
+      "--episodes",
+      "2",
+      "--seed",
+      "5",
+      "--video",
+      path,
+      "--protocol",
+      "noop30",
+      "--max_episode_frames",
+      "200",
+      "--video_source",
+      source,
     )
     assert result["video_source"] == source
     assert result["protocol"]["noop_max"] == 30
     # The recorded episode is env 0's first, the first one scored.
     assert result["episode_lengths"] == [50, 50]
     assert result["video_frames"] == 50
-    reader = imageio.get_reader(path)
-    assert reader.get_meta_data()["fps"] == pytest.approx(15.0)  # real time
-    frames[source] = np.stack([frame for frame in reader])
-    reader.close()
+    frames[source], fps = read_video(path)
+    assert fps == pytest.approx(15.0)  # real time
     assert len(frames[source]) == 50
   game, agent = frames["game"].astype(int), frames["agent"].astype(int)
   assert game.shape[1:] == (420, 320, 3)  # ALE's 210x160 screen, x2
