@@ -16,6 +16,7 @@ same as common/frames.py's NumPy `stack_frames`.
 from __future__ import annotations
 
 import sys
+from typing import List
 
 import tensorflow as tf
 
@@ -38,51 +39,57 @@ def stack_frames(frames: tf.Tensor, starts: tf.Tensor, depth: int) -> tf.Tensor:
   Returns:
     [T+1, B, *frame_shape, k], channel k-1 the newest frame.
   """
+  valid = _valid_by_age(starts, depth)
   if frames.dtype == tf.uint8 and depth <= 4 and _LITTLE_ENDIAN:
-    return _stack_bytes(frames, starts, depth)
+    return _stack_bytes(frames, starts, valid)
   steps = tf.shape(starts)[0]
-  channels = [frames[depth - 1 : depth - 1 + steps]]  # newest: always valid
-  for age in range(1, depth):
-    c = depth - 1 - age
-    channels.insert(
-      0, frames[c : c + steps] * _expand(_valid(starts, age), frames)
-    )
+  channels = [
+    frames[c : c + steps] * _expand(valid[depth - 1 - c], frames)
+    for c in range(depth - 1)
+  ]
+  channels.append(frames[depth - 1 : depth - 1 + steps])  # newest: valid
   return tf.stack(channels, axis=-1)
 
 
-def _valid(starts: tf.Tensor, age: int) -> tf.Tensor:
-  """bool [T+1, B]: no episode starts in the steps (t - age, t], so the
-  frame of step t - age belongs to step t's episode."""
+def _valid_by_age(starts: tf.Tensor, depth: int) -> List[tf.Tensor]:
+  """valid[age] (age 1..k-1; [0] is None), bool [T+1, B]: no episode starts
+  in the steps (t - age, t], so the frame of step t - age belongs to step
+  t's episode."""
+  steps = tf.shape(starts)[0]
   not_start = tf.logical_not(starts)
-  valid = tf.ones_like(not_start)
-  for a in range(1, age + 1):
-    # not_start shifted down by a-1 steps; the first a-1 rows have no
-    # start inside the unroll to look at (older ones are already zero).
+  valid: List[tf.Tensor] = [None]
+  run = tf.ones_like(not_start)
+  for age in range(1, depth):
+    # not_start shifted down by age-1 steps; the first age-1 rows have no
+    # start inside the unroll to look at (older frames are already zero).
     shifted = tf.concat(
-      [
-        tf.ones_like(not_start[: a - 1]),
-        not_start[: tf.shape(starts)[0] - a + 1],
-      ],
+      [tf.ones_like(not_start[: age - 1]), not_start[: steps - age + 1]],
       axis=0,
     )
-    valid = tf.logical_and(valid, shifted)
+    run = tf.logical_and(run, shifted)
+    valid.append(run)
   return valid
 
 
-def _expand(valid: tf.Tensor, frames: tf.Tensor) -> tf.Tensor:
-  """valid [T+1, B] as a 0/1 factor broadcasting over the frame axes."""
-  rank = frames.shape.rank - 2
+def _expand(valid: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+  """valid [T+1, B] as a 0/1 factor of x's dtype broadcasting over x's
+  frame axes."""
+  rank = x.shape.rank - 2
   return tf.reshape(
-    tf.cast(valid, frames.dtype), tf.concat([tf.shape(valid), [1] * rank], 0)
+    tf.cast(valid, x.dtype), tf.concat([tf.shape(valid), [1] * rank], 0)
   )
 
 
-def _stack_bytes(frames: tf.Tensor, starts: tf.Tensor, depth: int) -> tf.Tensor:
+def _stack_bytes(
+  frames: tf.Tensor, starts: tf.Tensor, valid: List[tf.Tensor]
+) -> tf.Tensor:
   """stack_frames for uint8 frames: channel c goes into byte c of a
   uint32 word per pixel, and a bitcast splits the words into the channel
-  axis. tf.stack on the last axis copies one byte at a time; these are
-  whole-array integer ops (a [21, 32, 84, 84, 4] batch on a 2-core
-  machine: ~52 ms stacked, ~14 ms as words)."""
+  axis (the packing common/env_state.py uses for inference). tf.stack on
+  the last axis copies one byte at a time; these are whole-array integer
+  ops (a [21, 32, 84, 84, 4] batch on a 2-core machine: ~52 ms stacked,
+  ~14 ms as words)."""
+  depth = len(valid)
   steps = tf.shape(starts)[0]
   wide = tf.cast(frames, tf.uint32)
   word = wide[:steps]
@@ -93,13 +100,15 @@ def _stack_bytes(frames: tf.Tensor, starts: tf.Tensor, depth: int) -> tf.Tensor:
     )
 
   def masked():
-    # Byte c kept where channel c's frame is of step t's episode.
-    keep = tf.zeros_like(starts, tf.uint32)
-    for c in range(depth):
+    # Byte c kept where channel c's frame is of step t's episode; the
+    # newest (byte k-1) always.
+    keep = tf.fill(
+      tf.shape(starts), tf.constant(0xFF << 8 * (depth - 1), tf.uint32)
+    )
+    for c in range(depth - 1):
       byte = tf.constant(0xFF << (8 * c), tf.uint32)
-      valid = _valid(starts, depth - 1 - c)
       keep = tf.bitwise.bitwise_or(
-        keep, tf.where(valid, byte, tf.zeros_like(byte))
+        keep, tf.where(valid[depth - 1 - c], byte, tf.zeros_like(byte))
       )
     return tf.bitwise.bitwise_and(word, _expand(keep, word))
 
