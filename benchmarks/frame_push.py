@@ -9,7 +9,11 @@ its unroll slot. Each pass is timed alone on one actor's batch, and the
 whole push as the runtime runs it (`EnvStateTable.stacked(..., view=True)`
 plus the slot copy). For comparison, the passes of a table that keeps the
 newest frame in the low byte, which must be copied out byte-swapped into
-the agent's layout: shift, OR of the widened frame, swapped copy.
+the agent's layout: shift, OR of the widened frame, swapped copy; and of a
+frame ring (each env's last k frames as planes [k, 84, 84], the newest
+written once, contiguously), which must interleave the planes into the
+agent's [84, 84, k] layout for every inference batch: as one transposing
+copy, or as k strided channel writes.
 
 Prints one JSON line: microseconds per env for each pass and both pushes.
 """
@@ -40,11 +44,11 @@ def _per_env_us(fn, envs: int, repeats: int) -> float:
   return round((time.perf_counter() - start) / repeats / envs * 1e6, 3)
 
 
-def main() -> None:
+def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--envs", type=int, default=32)
   parser.add_argument("--repeats", type=int, default=2000)
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   n, r = args.envs, args.repeats
   rng = np.random.default_rng(0)
   frames = rng.integers(0, 256, (n,) + FRAME, np.uint8)
@@ -71,6 +75,18 @@ def main() -> None:
     np.bitwise_or(words, frames, out=words)
     np.copyto(swapped.view(">u4")[..., 0], words)
 
+  ring = rng.integers(0, 256, (n, 4) + FRAME, np.uint8)
+  interleaved = np.empty_like(stack)
+
+  def ring_push_transpose():
+    np.copyto(ring[:, 3], frames)
+    np.copyto(interleaved, ring.transpose(0, 2, 3, 1))
+
+  def ring_push_channels():
+    np.copyto(ring[:, 3], frames)
+    for k in range(4):
+      np.copyto(interleaved[..., k], ring[:, k])
+
   result = {
     "benchmark": "frame_push",
     "envs": n,
@@ -88,6 +104,8 @@ def main() -> None:
       "swapped_copy_out": _per_env_us(
         lambda: np.copyto(swapped.view(">u4")[..., 0], words), n, r
       ),
+      "ring_push_transpose": _per_env_us(ring_push_transpose, n, r),
+      "ring_push_channels": _per_env_us(ring_push_channels, n, r),
     },
   }
   print(json.dumps(result))

@@ -18,7 +18,20 @@ annealed linearly over 10M agent steps, entropy cost 0.01, value cost 0.5.
 Those are CleanRL ppo_atari's values too. It stops at --minutes of wall
 clock, so the schedules are where a 10M-step run would be at that point.
 
-Returns are whole games (SB3's Monitor sits under the life-loss wrapper).
+`--emulator envpool` runs the same PPO on envpool's `GAME-v5` instead,
+with the settings CleanRL's `ppo_atari_envpool*` scripts pass (8 envs,
+life-loss episodes, rewards clipped to their sign; envpool's defaults for
+the rest: up to 30 no-op starts, fire reset, no sticky actions, 84x84
+grayscale, max-pooled frame skip 4, 4 stacked frames, 108,000-frame cap):
+the environment CleanRL's published Atari curves were made on. envpool
+0.8.4 needs NumPy 1 (under NumPy 2 it returns blank frames without an
+error), so it runs from a venv of its own:
+`python3 -m venv benchmarks/peers-envpool && benchmarks/peers-envpool/bin/pip
+install -r benchmarks/requirements-peers-envpool.txt`.
+
+Returns are whole games (SB3's Monitor sits under the life-loss wrapper;
+with envpool, the raw rewards summed until `info["terminated"]`, the game's
+end, or the time limit).
 The logdir gets TensorBoard scalars under the names this project's learner
 uses, at x = agent steps: `episode/return_last100` (mean of the last 100
 finished games), `perf/elapsed_s` and `perf/env_steps_per_s`, so
@@ -36,13 +49,12 @@ import os
 import time
 from typing import Deque
 
-import ale_py
 import gymnasium as gym
+import numpy as np
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.env_util import make_atari_env
-from stable_baselines3.common.vec_env import VecFrameStack
+from stable_baselines3.common.vec_env import VecEnv, VecFrameStack
 from torch.utils.tensorboard import SummaryWriter
 
 ZOO_TOTAL_STEPS = 10_000_000  # the zoo's n_timesteps: the schedules' length
@@ -56,6 +68,106 @@ def env_id(game: str) -> str:
 def linear(start: float):
   """The zoo's `lin_X`: X times the fraction of the 10M steps still ahead."""
   return lambda progress_remaining: start * progress_remaining
+
+
+class EnvpoolGames(VecEnv):
+  """envpool's vector env as an SB3 VecEnv: an env whose (life-loss)
+  episode ended is reset at once, as SB3 expects, and whole-game returns
+  of raw rewards are reported in `info["episode"]` as SB3's Monitor does."""
+
+  def __init__(self, pool):
+    self.pool = pool
+    n = pool.spec.config.num_envs
+    super().__init__(
+      n,
+      gym.spaces.Box(0, 255, pool.observation_space.shape, np.uint8),
+      gym.spaces.Discrete(pool.action_space.n),
+    )
+    self.game_return = np.zeros(n)
+    self.game_length = np.zeros(n, np.int64)
+
+  def reset(self):
+    obs, _ = self.pool.reset()
+    return obs
+
+  def step_async(self, actions):
+    self.actions = np.asarray(actions, np.int32)
+
+  def step_wait(self):
+    obs, reward, terminated, truncated, info = self.pool.step(self.actions)
+    self.game_return += info["reward"]  # raw; `reward` is clipped
+    self.game_length += 1
+    infos = [{} for _ in range(self.num_envs)]
+    for i in np.flatnonzero(terminated | truncated):
+      infos[i]["terminal_observation"] = obs[i].copy()
+      infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+      if info["terminated"][i] or truncated[i]:  # the game ended
+        infos[i]["episode"] = {
+          "r": float(self.game_return[i]),
+          "l": int(self.game_length[i]),
+        }
+        self.game_return[i] = 0.0
+        self.game_length[i] = 0
+      # After a lost life envpool goes on with the same game.
+      obs[i] = self.pool.reset(np.array([i]))[0][0]
+    return obs, reward, terminated | truncated, infos
+
+  def close(self):
+    self.pool.close()
+
+  def get_attr(self, attr_name, indices=None):
+    return [None] * self.num_envs
+
+  def set_attr(self, attr_name, value, indices=None):
+    pass
+
+  def env_method(self, method_name, *args, indices=None, **kwargs):
+    return [None] * self.num_envs
+
+  def env_is_wrapped(self, wrapper_class, indices=None):
+    return [False] * self.num_envs
+
+
+def make_envs(game: str, seed: int, emulator: str, full_games: bool) -> VecEnv:
+  """8 envs of `game` as the RL Zoo (ale-py) or CleanRL (envpool) make them."""
+  if emulator == "envpool":
+    import envpool
+
+    task = "".join(part.title() for part in game.split("_")) + "-v5"
+    return EnvpoolGames(
+      envpool.make(
+        task,
+        env_type="gym",
+        num_envs=8,
+        episodic_life=not full_games,
+        reward_clip=True,
+        seed=seed,
+      )
+    )
+  import ale_py
+  from stable_baselines3.common.env_util import make_atari_env
+
+  gym.register_envs(ale_py)
+  return VecFrameStack(
+    make_atari_env(
+      env_id(game),
+      n_envs=8,
+      seed=seed,
+      wrapper_kwargs={"terminal_on_life_loss": not full_games},
+    ),
+    n_stack=4,
+  )
+
+
+def _versions(emulator: str) -> dict:
+  versions = {
+    "stable_baselines3": __import__("stable_baselines3").__version__,
+    "torch": torch.__version__,
+    "numpy": np.__version__,
+  }
+  module = "envpool" if emulator == "envpool" else "ale_py"
+  versions[module] = __import__(module).__version__
+  return versions
 
 
 class WallClock(BaseCallback):
@@ -112,22 +224,22 @@ def main() -> None:
   parser.add_argument(
     "--full_games",
     action="store_true",
-    help="no life-loss terminals (AtariWrapper terminal_on_life_loss=False), "
-    "as this project's default; a diagnostic, not the zoo's setting",
+    help="no life-loss terminals (AtariWrapper terminal_on_life_loss=False, "
+    "envpool episodic_life=False), as this project's default; a "
+    "diagnostic, not the zoo's setting",
+  )
+  parser.add_argument(
+    "--emulator",
+    choices=("ale-py", "envpool"),
+    default="ale-py",
+    help="ale-py: gymnasium's NoFrameskip-v4 with SB3's AtariWrapper (the "
+    "RL Zoo's); envpool: envpool's v5 env as CleanRL's envpool scripts "
+    "make it (see the module docstring)",
   )
   args = parser.parse_args()
-  gym.register_envs(ale_py)
   torch.set_num_threads(args.threads)
   os.makedirs(args.logdir, exist_ok=True)
-  envs = VecFrameStack(
-    make_atari_env(
-      env_id(args.game),
-      n_envs=8,
-      seed=args.seed,
-      wrapper_kwargs={"terminal_on_life_loss": not args.full_games},
-    ),
-    n_stack=4,
-  )
+  envs = make_envs(args.game, args.seed, args.emulator, args.full_games)
   model = PPO(
     "CnnPolicy",
     envs,
@@ -151,15 +263,12 @@ def main() -> None:
     "seed": args.seed,
     "minutes": args.minutes,
     "life_loss_terminals": not args.full_games,
+    "emulator": args.emulator,
     "agent_steps": int(model.num_timesteps),
     "agent_steps_per_s": model.num_timesteps / (time.time() - clock.start),
     "episodes": clock.episodes,
     "return_last100": sum(returns) / len(returns) if returns else None,
-    "versions": {
-      "stable_baselines3": __import__("stable_baselines3").__version__,
-      "torch": torch.__version__,
-      "ale_py": ale_py.__version__,
-    },
+    "versions": _versions(args.emulator),
   }
   with open(os.path.join(args.logdir, "result.json"), "w") as f:
     json.dump(result, f)

@@ -442,3 +442,13 @@ def test_replay_checkpoint_prints_what_keeping_replay_costs(capsys):
   row = json.loads(line)
   assert row["items"] == 4000 and row["archive_mib"] > 0
   assert row["save_s"] > 0 and row["restore_s"] > 0
+
+
+def test_frame_push_times_every_layout_per_env(capsys):
+  _benchmark_module("frame_push").main(["--envs", "4", "--repeats", "3"])
+  row = json.loads(capsys.readouterr().out)
+  assert row["benchmark"] == "frame_push" and row["envs"] == 4
+  assert {"runtime_push", "ring_push_transpose", "ring_push_channels"} <= set(
+    row["us_per_env"]
+  )
+  assert all(us > 0 for us in row["us_per_env"].values())
