@@ -60,9 +60,14 @@ from torch.utils.tensorboard import SummaryWriter
 ZOO_TOTAL_STEPS = 10_000_000  # the zoo's n_timesteps: the schedules' length
 
 
+def game_name(game: str) -> str:
+  """'battle_zone' -> 'BattleZone', as gymnasium's and envpool's ids spell it."""
+  return "".join(part.title() for part in game.split("_"))
+
+
 def env_id(game: str) -> str:
   """'battle_zone' -> 'BattleZoneNoFrameskip-v4'."""
-  return "".join(part.title() for part in game.split("_")) + "NoFrameskip-v4"
+  return game_name(game) + "NoFrameskip-v4"
 
 
 def linear(start: float):
@@ -108,7 +113,7 @@ class EnvpoolGames(VecEnv):
         }
         self.game_return[i] = 0.0
         self.game_length[i] = 0
-      # After a lost life envpool goes on with the same game.
+      # envpool's reset starts the next life (the same game) or a new game.
       obs[i] = self.pool.reset(np.array([i]))[0][0]
     return obs, reward, terminated | truncated, infos
 
@@ -133,10 +138,9 @@ def make_envs(game: str, seed: int, emulator: str, full_games: bool) -> VecEnv:
   if emulator == "envpool":
     import envpool
 
-    task = "".join(part.title() for part in game.split("_")) + "-v5"
     return EnvpoolGames(
       envpool.make(
-        task,
+        game_name(game) + "-v5",
         env_type="gym",
         num_envs=8,
         episodic_life=not full_games,
