@@ -8,14 +8,16 @@ behind an emulated router, each link with its own delay, loss, rate or
 partition): the learner on one (CartPole V-trace over TLS with a token,
 as in a cluster), two actors on each of two actor hosts. The run trains for
 a `--before` window, the fault is applied for the scenario's duration, then
-healed, and the run goes on for an `--after` window. Then the actors and the
-learner get SIGTERM. One JSON line per scenario:
+healed, and once cut-off actors step again the run goes on for an `--after`
+window. Then the actors and the learner get SIGTERM. One JSON line per
+scenario:
 
 - `learner_steps_per_s`, `env_steps_per_s`: before, during and after the
   fault (env steps by host: what the actors stepped, from their stats files);
 - `resume_s`: for a fault that cuts hosts off, seconds from the heal until
   every actor of those hosts stepped again (its stats file grew); null where
-  none was cut off, "never" if one did not within the after window;
+  none was cut off, "never" if one did not within 60 s (the after window
+  starts when they all stepped again, or then);
 - `episodes_played` (the actors' own count, their stats files as they
   ended), `episodes_counted` and `episodes_uncounted` (the learner's, its
   result.json as it exited; summed over every learner process in
@@ -58,6 +60,9 @@ from netlab import Lab, Proc, read_json, unavailable  # noqa: E402
 ACTOR_HOSTS = ("actors0", "actors1")
 ACTORS_PER_HOST, ENVS_PER_ACTOR = 2, 4
 PORT = 8687
+# How long a run waits after the heal for cut-off actors to step again before
+# its after window starts anyway (their resume_s is then "never").
+RESUME_LIMIT_S = 60.0
 _LINE = re.compile(
   r"^\[learner +\d+s\] \| step +(\d+) \| env steps +([\d,]+) .*?"
   r"\| return\(last100\) +(\S+) \| episodes +(\d+)"
@@ -220,6 +225,7 @@ def run_scenario(
       for host in set(ACTOR_HOSTS) | {"learner"}:
         lab.heal(host)
       run.watch_resume(cut_off)
+      run.until_resumed(RESUME_LIMIT_S)
       run.window("after", after)
       out.update(_summary(run, cut_off))
       out.update({f"learner_{k}": v for k, v in run.learner.counts().items()})
@@ -279,14 +285,28 @@ class _Windows:
     self._healed = time.monotonic()
     self._healed_steps = _host_steps(self.actors)
 
+  def _note_resumed(self) -> None:
+    now = _host_steps(self.actors)
+    for host in self._watch:
+      grew = all(n > o for n, o in zip(now[host], self._healed_steps[host]))
+      if grew and host not in self.resumed:
+        self.resumed[host] = time.monotonic() - self._healed
+
+  def until_resumed(self, limit_s: float) -> None:
+    """Waits until every watched host stepped again (at most `limit_s`), and
+    marks "resumed": the after window measures the run once recovered, so a
+    slow machine's reconnection does not read as a stalled learner."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end and set(self._watch) - set(self.resumed):
+      self._note_resumed()
+      time.sleep(0.25)
+    self.marks["resumed"] = time.monotonic()
+    self.samples["resumed"] = _host_steps(self.actors)
+
   def window(self, label: str, seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-      now = _host_steps(self.actors)
-      for host in self._watch:
-        grew = all(n > o for n, o in zip(now[host], self._healed_steps[host]))
-        if grew and host not in self.resumed:
-          self.resumed[host] = time.monotonic() - self._healed
+      self._note_resumed()
       time.sleep(0.25)
     self.marks[label] = time.monotonic()
     self.samples[label] = _host_steps(self.actors)
@@ -351,10 +371,11 @@ def _finish(run: _Windows, result: str) -> Dict[str, Any]:
 
 
 def _summary(run: _Windows, cut_off: Tuple[str, ...]) -> Dict[str, Any]:
-  labels = ("start", "before", "during", "after")
-  steps = {k: run.step_at(k) for k in labels}
+  # The after window starts once cut-off actors stepped again.
+  spans = (("start", "before"), ("before", "during"), ("resumed", "after"))
+  steps = {k: run.step_at(k) for span in spans for k in span}
   out: Dict[str, Any] = {"learner_steps_per_s": {}, "env_steps_per_s": {}}
-  for a, b in zip(labels, labels[1:]):
+  for a, b in spans:
     seconds = run.marks[b] - run.marks[a]
     out["learner_steps_per_s"][b] = _rate(steps[a], steps[b], seconds)
     out["env_steps_per_s"][b] = {
