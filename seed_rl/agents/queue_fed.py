@@ -72,6 +72,10 @@ class QueueAgent(Agent):
     self._last_take: Optional[Tuple[float, float]] = None  # (time, wait_s)
 
   @property
+  def batch_unrolls(self) -> int:  # type: ignore[override]
+    return self._queue.batch_size
+
+  @property
   def step_counter(self) -> tf.Variable:
     return self._step_counter
 

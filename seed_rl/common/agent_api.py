@@ -151,6 +151,9 @@ class Agent(abc.ABC):
   # checkpoint (LearnerConfig.checkpoint_replay) and `load_replay_state`
   # puts back in a resumed run.
   keeps_replay: bool = False
+  # Unrolls one training step takes from a queue (queue-fed on-policy
+  # agents; LearnerConfig.synchronous needs it); None for replay agents.
+  batch_unrolls: Optional[int] = None
 
   def __init__(
     self, observation_spec: ArraySpec, action_spec: ArraySpec, num_envs: int

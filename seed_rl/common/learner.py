@@ -40,6 +40,7 @@ from seed_rl.common.learner_config import (  # noqa: F401 (re-exported)
 )
 from seed_rl.common.specs import ArraySpec, StepBatch
 from seed_rl.common.reporting import Counters, Reporter, StopRules
+from seed_rl.common.sync_gate import SyncGate
 from seed_rl.common.throttle import Throttle
 from seed_rl.common.unroll_store import StepRecord, UnrollStore
 
@@ -149,7 +150,19 @@ class Learner:
       self.config, self.episodes, summary_writer, profiler
     )
     self.stop_rules = StopRules(self.config, self.episodes)
+    self._sync = self._make_sync_gate()
     self._batcher = self._make_batcher()
+
+  def _make_sync_gate(self) -> Optional[SyncGate]:
+    if not self.config.synchronous:
+      return None
+    if self.agent.batch_unrolls is None:
+      raise ValueError(
+        f"LearnerConfig.synchronous: {type(self.agent).__name__} trains "
+        "from replay, not from a queue of batches; synchronous training is "
+        "for the queue-fed agents (a2c, ppo, vtrace)"
+      )
+    return SyncGate(self.agent.batch_unrolls)
 
   def _make_batcher(self) -> DynamicBatcher:
     """Inference once `inference_batch_size` envs wait (or the oldest has
@@ -203,6 +216,8 @@ class Learner:
   def _infer(self, batches: List[StepBatch]) -> List[np.ndarray]:
     """The batcher's callback: one inference call for every env of
     `batches`; returns each batch's actions [K_i, *action_shape]."""
+    if self._sync:  # a whole batch pending: act with the weights it makes
+      self._sync.wait()
     t0 = time.perf_counter()
     with self.profiler.section("inference"):
       b = merge_batches(batches, self._merge_buffer)
@@ -450,6 +465,8 @@ class Learner:
     # concatenated (a copy of all of them).
     stacks = not self._agent_takes_frames
     for completed in self.unrolls.append_each(rows, step):
+      if self._sync:
+        self._sync.added(completed.batch_size)
       self.agent.add_unrolls(
         frames_lib.stacked_unroll(completed) if stacks else completed
       )
@@ -496,6 +513,8 @@ class Learner:
         self._note_policy_version()
         if not step_metrics:  # stopped while waiting for data
           continue
+        if self._sync:
+          self._sync.trained()
         step_metrics = dict(step_metrics)
         samples = step_metrics.pop(agent_api.SAMPLES_METRIC, 0.0)
         with self._metrics_lock:
@@ -583,6 +602,8 @@ class Learner:
   def shutdown(self, trainer: Optional[threading.Thread] = None) -> None:
     """Stops inference and training, then writes a final checkpoint."""
     self._stop.set()
+    if self._sync:
+      self._sync.release()
     self.agent.stop()
     self._batcher.stop()
     if trainer is not None:

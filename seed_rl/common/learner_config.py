@@ -54,6 +54,12 @@ class LearnerConfig:
     resumed run restores it (agents that keep one: R2D2, DQN, SAC, TD3,
     ACER; seed_rl/common/replay_state.py). Costs a copy of the replay in
     memory while saving and its size on disk per kept checkpoint.
+  synchronous: collect a batch, train on it, then collect the next with
+    the new weights, as CleanRL's and Stable-Baselines3's PPO and A2C do:
+    inference waits while a whole batch is pending or training
+    (seed_rl/common/sync_gate.py). Queue-fed agents only (A2C, PPO,
+    V-trace); actors idle while the learner trains, so per wall clock it
+    is slower, and the policy lag is ~0 instead of one or more updates.
   """
 
   inference_batch_size: Optional[int] = None
@@ -75,6 +81,7 @@ class LearnerConfig:
   inference_device: Optional[str] = None
   terminal_on_life_loss: bool = False
   checkpoint_replay: bool = False
+  synchronous: bool = False
 
   def __post_init__(self):
     if self.training_devices is not None:
