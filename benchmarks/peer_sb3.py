@@ -35,7 +35,10 @@ end, or the time limit).
 The logdir gets TensorBoard scalars under the names this project's learner
 uses, at x = agent steps: `episode/return_last100` (mean of the last 100
 finished games), `perf/elapsed_s` and `perf/env_steps_per_s`, so
-`plot_curves.py` and `compare_reference.py` read it as they read ours. The
+`plot_curves.py` and `compare_reference.py` read it as they read ours.
+SB3's own training scalars (`train/approx_kl`, `train/clip_fraction`,
+`train/entropy_loss`, `train/explained_variance`, ...) go to `LOGDIR/sb3`,
+to set beside this project's `policy/*` and `value/*`. The
 last line printed is one JSON object: game, seed, minutes, agent_steps,
 agent_steps_per_s, episodes, return_last100.
 """
@@ -54,6 +57,7 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import configure as configure_logger
 from stable_baselines3.common.vec_env import VecEnv, VecFrameStack
 from torch.utils.tensorboard import SummaryWriter
 
@@ -257,6 +261,9 @@ def main() -> None:
     seed=args.seed,
     device="cpu",
     verbose=0,
+  )
+  model.set_logger(
+    configure_logger(os.path.join(args.logdir, "sb3"), ["tensorboard"])
   )
   clock = WallClock(args.logdir, args.minutes * 60.0)
   model.learn(total_timesteps=ZOO_TOTAL_STEPS, callback=clock)
