@@ -244,6 +244,38 @@ def clipped_surrogate(
   return tf.minimum(ratio * advantages, clipped * advantages)
 
 
+def decoupled_clipped_surrogate(
+  log_prob: tf.Tensor,
+  proximal_log_prob: tf.Tensor,
+  behaviour_log_prob: tf.Tensor,
+  advantages: tf.Tensor,
+  clip_ratio,
+  max_weight: Optional[float] = None,
+) -> tf.Tensor:
+  """The decoupled L^CLIP of Hilton, Cobbe and Schulman 2021 ("Batch
+  size-invariance for policy optimization", eq. 2), per sample, to maximise:
+
+    (pi_prox / mu) min(r A, clip(r, 1 - eps, 1 + eps) A),  r = pi_theta / pi_prox
+
+  mu acted; pi_prox is the policy the trust region is anchored at (the
+  weights at the start of the update). With mu = pi_prox it is L^CLIP.
+  With stale data (an asynchronous learner's policy lag) L^CLIP anchors the
+  trust region at mu, so a policy already eps away from mu gets no further
+  push however many updates have passed; here each update may move eps
+  from where it starts, and the importance weight pi_prox / mu (no
+  gradient; truncated at `max_weight` if given, as V-trace's rho-bar)
+  keeps the objective's expectation that of data from pi_prox.
+
+  Args: log-probabilities [any shape] of the taken actions under pi_theta
+  (carries the gradient), pi_prox and mu; advantages of the same shape.
+  """
+  weight = tf.exp(tf.stop_gradient(proximal_log_prob - behaviour_log_prob))
+  if max_weight is not None:
+    weight = tf.minimum(weight, max_weight)
+  ratio = tf.exp(log_prob - tf.stop_gradient(proximal_log_prob))
+  return weight * clipped_surrogate(ratio, advantages, clip_ratio)
+
+
 def ratio_metrics(log_ratio: tf.Tensor, clip_ratio) -> Metrics:
   """'policy/approx_kl' (E[(r - 1) - log r], an unbiased, non-negative
   estimate of KL(mu || pi_theta)) and 'policy/clip_fraction' (|r - 1| > eps)

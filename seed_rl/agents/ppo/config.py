@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import gin
 import keras
 
-from seed_rl.agents.ppo.loss import LOSS_TYPES
+from seed_rl.agents.ppo.loss import LOSS_TYPES, SURROGATE_ANCHORS
 from seed_rl.agents import config_checks as checks
 
 _LOG_STD_MODES = ("state_independent", "state_dependent")
@@ -49,6 +49,12 @@ class PPOConfig:
     Loss weights and clipping:
       loss: 'clip' (eq. 7 of Schulman et al. 2017) or 'kl_penalty' (eq. 8,
         adaptive beta as in BatchPPO).
+      surrogate_anchor: where 'clip' anchors its trust region: 'behaviour'
+        (the paper's r = pi / mu, mu the policy that acted) or 'proximal'
+        (Hilton et al. 2021's decoupled objective: r = pi / pi_prox with
+        pi_prox the weights at the start of the update, weighted by
+        pi_prox / mu), which lets each update move clip_ratio however far
+        the asynchronous learner's data lag behind.
       entropy_cost: weight of the entropy bonus.
       value_cost: weight of the value loss 0.5 * mean (V - return)^2 (the
         clipped variant's with value_clip).
@@ -107,6 +113,7 @@ class PPOConfig:
   recompute_advantages_each_epoch: bool = False
   # Loss weights and clipping.
   loss: str = "clip"
+  surrogate_anchor: str = "behaviour"
   entropy_cost: float = 0.01
   value_cost: float = 0.5
   clip_ratio: float = 0.2
@@ -190,6 +197,14 @@ class PPOConfig:
   def _check_loss(self) -> None:
     """The surrogate loss: its type, the KL penalty and the value clip."""
     checks.choice(self, "loss", LOSS_TYPES)
+    checks.choice(self, "surrogate_anchor", SURROGATE_ANCHORS)
+    if self.surrogate_anchor == "proximal" and self.loss != "clip":
+      checks.fail(
+        self,
+        f"surrogate_anchor 'proximal' anchors the clipped surrogate; loss "
+        f"{self.loss!r} has none (use loss 'clip' or surrogate_anchor "
+        f"'behaviour')",
+      )
     checks.positive(self, "kl_target", why="nats; beta is adapted around it")
     checks.positive(
       self,

@@ -10,6 +10,11 @@ log-probability was stored at inference time.
     exceeds 1.5 x target, halved below target / 1.5. BatchPPO's optional
     cutoff adds cutoff_coef * max(0, KL - cutoff_factor x target)^2 so one
     large step cannot run away before beta catches up.
+  decoupled clipped surrogate (Hilton et al. 2021, eq. 2), with pi_prox
+    the policy at the start of the update:
+    L^CLIP_dec = E[(pi_prox / mu) min(r' A, clip(r', 1-eps, 1+eps) A)],
+    r' = pi_theta / pi_prox: the trust region moves with the learner, not
+    with the (possibly lagging) behaviour policy.
   value loss: 0.5 (V - R)^2, or with clipping (Baselines' PPO2)
     0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2).
 """
@@ -26,6 +31,8 @@ from seed_rl.agents.advantages import normalize_advantages
 __all__ = ["kl_penalty_surrogate", "ppo_loss", "value_loss"]
 
 LOSS_TYPES = ("clip", "kl_penalty")
+# Where the clipped surrogate's ratio is anchored (PPOConfig.surrogate_anchor).
+SURROGATE_ANCHORS = ("behaviour", "proximal")
 
 
 def kl_penalty_surrogate(
@@ -114,6 +121,7 @@ def ppo_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations
   entropy_cost: float = 0.0,
   value_cost: float = 0.5,
   normalize_advantage: bool = True,
+  proximal_log_prob: Optional[tf.Tensor] = None,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """Total PPO loss (to minimise) over a minibatch and its metrics.
 
@@ -138,6 +146,8 @@ def ppo_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations
     entropy_cost: weight of the entropy bonus.
     value_cost: weight of the value loss.
     normalize_advantage: standardise advantages over the minibatch.
+    proximal_log_prob: None, or [N] log pi_prox(a|s) at the start of the
+      update: 'clip' then uses the decoupled surrogate, anchored there.
 
   Returns:
     loss: scalar.
@@ -145,7 +155,9 @@ def ppo_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations
       (the weighted terms of the loss), 'policy/entropy',
       'policy/approx_kl' (E[(r - 1) - log r], an unbiased, non-negative
       estimate of KL(mu || pi_theta)), 'policy/clip_fraction',
-      'ppo/kl_coef'.
+      'ppo/kl_coef'; both ratio metrics of r' = pi_theta / pi_prox with
+      proximal_log_prob, and then 'ppo/proximal_weight', the mean of
+      pi_prox / mu.
   """
   if loss_type not in LOSS_TYPES:
     raise ValueError(
@@ -155,9 +167,21 @@ def ppo_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations
   advantages = tf.stop_gradient(advantages)
   if normalize_advantage:
     advantages = normalize_advantages(advantages)
-  log_ratio = log_prob - tf.stop_gradient(behaviour_log_prob)
+  anchor = behaviour_log_prob
+  if proximal_log_prob is not None:
+    if loss_type != "clip":
+      raise ValueError(
+        f"ppo_loss: proximal_log_prob anchors the clipped surrogate; "
+        f"loss_type {loss_type!r} has none (allowed with it: 'clip')"
+      )
+    anchor = proximal_log_prob
+  log_ratio = log_prob - tf.stop_gradient(anchor)
   ratio = tf.exp(log_ratio)
-  if loss_type == "clip":
+  if proximal_log_prob is not None:
+    objective = learning.decoupled_clipped_surrogate(
+      log_prob, proximal_log_prob, behaviour_log_prob, advantages, clip_ratio
+    )
+  elif loss_type == "clip":
     objective = learning.clipped_surrogate(ratio, advantages, clip_ratio)
   else:
     if kl is None:
@@ -184,4 +208,8 @@ def ppo_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations
 
   metrics.update(learning.ratio_metrics(log_ratio, clip_ratio))
   metrics["ppo/kl_coef"] = tf.cast(kl_coef, tf.float32)
+  if proximal_log_prob is not None:
+    metrics["ppo/proximal_weight"] = tf.reduce_mean(
+      tf.exp(tf.stop_gradient(proximal_log_prob - behaviour_log_prob))
+    )
   return loss, metrics

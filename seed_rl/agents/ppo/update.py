@@ -102,6 +102,9 @@ class PPOUpdate:
     self._signature = list(signature)
     self._strategy = strategy
     self._observations = observations
+    self._step_metrics = _STEP_METRICS + (
+      ("ppo/proximal_weight",) if config.surrogate_anchor == "proximal" else ()
+    )
 
     def targets(*args):
       with multi_device.training_scope(strategy):
@@ -232,6 +235,9 @@ class PPOUpdate:
         entropy_cost=cfg.entropy_cost,
         value_cost=cfg.value_cost,
         normalize_advantage=cfg.normalize_advantages,
+        proximal_log_prob=(
+          batch.prox_log_prob if cfg.surrogate_anchor == "proximal" else None
+        ),
       )
     # The KL from the start of the update, before this step (drives early
     # stopping; the same estimator as policy/approx_kl).
@@ -312,7 +318,7 @@ class PPOUpdate:
     num_minibatches, early_stop_kl = cfg.num_minibatches, cfg.early_stop_kl
     n = tf.shape(data.observation)[0]
     advantages, returns = data.advantages, data.returns
-    sums = tf.zeros([len(_STEP_METRICS)])
+    sums = tf.zeros([len(self._step_metrics)])
     count = tf.constant(0)
     stopped = tf.constant(False)
     for epoch in tf.range(tf.shape(order)[0]):
@@ -330,7 +336,7 @@ class PPOUpdate:
           clip_ratio,
         )
         sums += tf.stack(
-          [tf.cast(metrics[k], tf.float32) for k in _STEP_METRICS]
+          [tf.cast(metrics[k], tf.float32) for k in self._step_metrics]
         )
         count += 1
         if early_stop_kl is not None:
@@ -342,11 +348,11 @@ class PPOUpdate:
     return self._summary(sums, count, stopped, advantages, returns)
 
   def _summary(self, sums, count, stopped, advantages, returns):
-    """The update's metrics: the mean of each of _STEP_METRICS over its
+    """The update's metrics: the mean of each step metric over its
     `count` minibatch steps, epochs run, whether it stopped early, and the
     statistics of the (last) advantages and returns [N]."""
     means = sums / tf.cast(count, tf.float32)
-    out = {name: means[i] for i, name in enumerate(_STEP_METRICS)}
+    out = {name: means[i] for i, name in enumerate(self._step_metrics)}
     out.update(
       {
         "ppo/epochs": tf.cast(count, tf.float32) / self._config.num_minibatches,

@@ -83,6 +83,7 @@ def _weights(agent):
   "action_spec,overrides",
   [
     (DISCRETE, {}),
+    (DISCRETE, dict(surrogate_anchor="proximal")),
     (
       BOX,
       dict(
@@ -330,6 +331,10 @@ def test_config_validation_messages():
     PPOConfig(loss="adaptive")
   with pytest.raises(ValueError, match="clip_ratio"):
     PPOConfig(clip_ratio=1.5)
+  with pytest.raises(ValueError, match="allowed: behaviour, proximal"):
+    PPOConfig(surrogate_anchor="target")
+  with pytest.raises(ValueError, match="anchors the clipped surrogate"):
+    PPOConfig(surrogate_anchor="proximal", loss="kl_penalty")
   with pytest.raises(ValueError, match="normalize_observations needs float"):
     agent_lib.PPOAgent(
       ArraySpec((84, 84, 4), "uint8", "frames"),
