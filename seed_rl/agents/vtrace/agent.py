@@ -93,6 +93,8 @@ class VtraceAgent(queue_fed.QueueAgent):
     ]
     self._act_fn = self._make_act_fn()
     self._train_fn = self._make_train_fn()
+    self._proximal = self.config.surrogate_anchor == "proximal"
+    self._prox_fn = self._make_prox_fn() if self._proximal else None
 
   def _build_variables(self) -> None:
     """The network, the step counter and the optimizer (with its slots)."""
@@ -197,6 +199,10 @@ class VtraceAgent(queue_fed.QueueAgent):
       time_major(batch.extras[BEHAVIOUR_PARAMS], np.float32),
     )
     core_state = tuple(np.asarray(s, np.float32) for s in batch.core_state)
+    if self._prox_fn is not None:
+      # The round's policy before its first update: the trust region's anchor.
+      prox = self._prox_fn(*inputs[:2], *inputs[3:6], core_state)
+      inputs = inputs + (prox.numpy(),)
     minibatch = cfg.batch_size // cfg.num_minibatches
     sums: Dict[str, float] = {}
     updates = 0
@@ -270,21 +276,60 @@ class VtraceAgent(queue_fed.QueueAgent):
     """A minibatch of B' = batch_size / num_minibatches unrolls: time-major
     [T+1, B'] observation (frames [k-1 + T+1, B', H, W] when the learner
     stacks frames), prev_action, action, reward, terminated, truncated,
-    bootstrap_value and behaviour params, then the core state."""
+    bootstrap_value and behaviour params (and with surrogate_anchor
+    'proximal' the round's proximal params), then the core state."""
     cfg = self.config
     obs_spec, act_spec = self.observation_spec, self.action_spec
     t1, b = cfg.unroll_length + 1, cfg.batch_size // cfg.num_minibatches
-    return [
-      frame_stacks.frames_spec(obs_spec, t1, b),
-      tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
-      tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
-      tf.TensorSpec([t1, b], tf.float32),
-      tf.TensorSpec([t1, b], tf.bool),
-      tf.TensorSpec([t1, b], tf.bool),
-      tf.TensorSpec([t1, b], tf.float32),
-      tf.TensorSpec([t1, b, self._distribution.num_params], tf.float32),
-      self._state_spec(b),
-    ]
+    params = tf.TensorSpec([t1, b, self._distribution.num_params], tf.float32)
+    return (
+      [
+        frame_stacks.frames_spec(obs_spec, t1, b),
+        tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
+        tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
+        tf.TensorSpec([t1, b], tf.float32),
+        tf.TensorSpec([t1, b], tf.bool),
+        tf.TensorSpec([t1, b], tf.bool),
+        tf.TensorSpec([t1, b], tf.float32),
+        params,
+      ]
+      + ([params] if cfg.surrogate_anchor == "proximal" else [])
+      + [
+        self._state_spec(b),
+      ]
+    )
+
+  def _make_prox_fn(self):
+    """The policy params [T+1, B, P] of a whole round's batch under the
+    current weights (observation, prev_action, reward, terminated,
+    truncated [T+1, B], then the core state)."""
+    cfg, obs_spec, act_spec = (
+      self.config,
+      self.observation_spec,
+      self.action_spec,
+    )
+    network = self._network
+    t1, b = cfg.unroll_length + 1, cfg.batch_size
+
+    @tf.function(
+      input_signature=[
+        frame_stacks.frames_spec(obs_spec, t1, b),
+        tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
+        tf.TensorSpec([t1, b], tf.float32),
+        tf.TensorSpec([t1, b], tf.bool),
+        tf.TensorSpec([t1, b], tf.bool),
+        self._state_spec(b),
+      ]
+    )
+    def prox_fn(observation, prev_action, reward, terminated, truncated, core):
+      observation = frame_stacks.observations(
+        obs_spec, observation, terminated[1:], truncated[1:]
+      )
+      done = tf.logical_or(terminated, truncated)
+      params, _ = network.unroll(observation, prev_action, reward, done, core)
+      return tf.cast(params, tf.float32)
+
+    return prox_fn
 
   def _make_train_fn(self):
     cfg, obs_spec = self.config, self.observation_spec
@@ -299,9 +344,13 @@ class VtraceAgent(queue_fed.QueueAgent):
       truncated,
       bootstrap_value,
       behaviour_params,
-      core_state,
+      *rest,
     ):
-      """Gradients of the mean loss over this [T+1, B'] batch, metrics."""
+      """Gradients of the mean loss over this [T+1, B'] batch, metrics;
+      `rest`: the proximal params with surrogate_anchor 'proximal', then
+      the core state."""
+      proximal_params = rest[0] if len(rest) > 1 else None
+      core_state = rest[-1]
       done = tf.logical_or(terminated, truncated)
       observation = frame_stacks.observations(
         obs_spec, observation, terminated[1:], truncated[1:]
@@ -331,6 +380,7 @@ class VtraceAgent(queue_fed.QueueAgent):
           policy_loss=cfg.policy_loss,
           clip_ratio=cfg.clip_ratio,
           trace_lambda=cfg.trace_lambda,
+          proximal_params=proximal_params,
         )
       return tape.gradient(total, variables), metrics
 

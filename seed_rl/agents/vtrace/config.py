@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import gin
 import keras
 
-from seed_rl.agents.vtrace.loss import POLICY_LOSSES
+from seed_rl.agents.vtrace.loss import POLICY_LOSSES, SURROGATE_ANCHORS
 from seed_rl.networks import mlp_torso
 from seed_rl.agents import config_checks as checks
 
@@ -61,6 +61,12 @@ class VtraceConfig:
         clipped surrogate of pi/mu on V-trace advantages, as IMPACT and
         Sample Factory's APPO; for reusing unrolls with num_epochs > 1).
       clip_ratio: eps of 'clip'.
+      surrogate_anchor: where 'clip' anchors its ratio: 'behaviour' (r =
+        pi / mu, mu the policy that acted) or 'proximal' (r = pi / pi_prox,
+        pi_prox the weights at the start of the round, weighted by
+        min(pi_prox / mu, clip_pg_rho_threshold): Hilton et al. 2021's
+        decoupled objective, for a learner whose data lag; one more
+        forward pass over each round).
     Optimizer:
       learning_rate: initial learning rate.
       lr_schedule: 'constant' or 'linear' (to 0 at total_learner_steps).
@@ -100,6 +106,7 @@ class VtraceConfig:
   normalize_advantages: bool = False
   policy_loss: str = "pg"
   clip_ratio: float = 0.1
+  surrogate_anchor: str = "behaviour"
   # Optimizer.
   learning_rate: float = 4e-3
   lr_schedule: str = "linear"
@@ -164,6 +171,14 @@ class VtraceConfig:
     checks.choice(self, "policy_loss", POLICY_LOSSES)
     if not 0 < self.clip_ratio < 1:
       checks.fail(self, f"clip_ratio must be in (0, 1), got {self.clip_ratio}")
+    checks.choice(self, "surrogate_anchor", SURROGATE_ANCHORS)
+    if self.surrogate_anchor == "proximal" and self.policy_loss != "clip":
+      checks.fail(
+        self,
+        f"surrogate_anchor 'proximal' anchors the clipped surrogate; "
+        f"policy_loss {self.policy_loss!r} has none (use policy_loss "
+        f"'clip' or surrogate_anchor 'behaviour')",
+      )
     if self.separate_value_torso is None:
       self.separate_value_torso = not self.use_lstm
     if self.use_lstm and self.separate_value_torso:

@@ -8,7 +8,7 @@ supplies the bootstrap value.
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
 
@@ -17,13 +17,16 @@ from seed_rl.agents.advantages import normalize_advantages
 from seed_rl.agents.episode_ends import transition_inputs
 from seed_rl.agents.vtrace import vtrace
 
-__all__ = ["POLICY_LOSSES", "impala_loss"]
+__all__ = ["POLICY_LOSSES", "SURROGATE_ANCHORS", "impala_loss"]
 
 # 'pg': IMPALA's policy gradient, rho-weighted advantages times grad log pi.
 # 'clip': PPO's clipped surrogate (eq. 7) of the ratio pi_theta / mu on the
 #   unweighted V-trace advantage, as IMPACT (Luo et al. 2020) and Sample
 #   Factory's APPO do: a trust region for reusing unrolls over epochs.
 POLICY_LOSSES = ("pg", "clip")
+# Where 'clip' anchors its ratio: mu (IMPACT's r = pi / mu) or the policy at
+# the start of the round (Hilton et al. 2021's decoupled objective).
+SURROGATE_ANCHORS = ("behaviour", "proximal")
 
 
 def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations)
@@ -47,6 +50,7 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
   policy_loss: str = "pg",
   clip_ratio: float = 0.1,
   trace_lambda: float = 1.0,
+  proximal_params: Optional[tf.Tensor] = None,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """Computes the IMPALA loss over one batch of unrolls.
 
@@ -78,6 +82,11 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
     clip_ratio: eps of 'clip'.
     trace_lambda: lambda of the trace coefficients c_i = lambda min(c_bar,
       rho_i) (1: the paper's V-trace).
+    proximal_params: None, or [T+1, B, P] the policy's parameters at the
+      start of the round: 'clip' is then the decoupled surrogate
+      (learning.decoupled_clipped_surrogate) of r_s = pi_theta / pi_prox,
+      weighted by min(pi_prox / mu, clip_pg_rho_threshold), so a learner
+      whose data lag behind can still move clip_ratio per round.
 
   Returns:
     total loss (scalar) and a dict of scalar metrics (docs/METRICS.md);
@@ -102,6 +111,11 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
       f"{', '.join(POLICY_LOSSES)}"
     )
   clipped = policy_loss == "clip"
+  if proximal_params is not None and not clipped:
+    raise ValueError(
+      "impala_loss: proximal_params anchor the clipped surrogate; "
+      f"policy_loss {policy_loss!r} has none (allowed with them: 'clip')"
+    )
   vs, pg_advantages = vtrace.vtrace_targets(
     log_rhos=log_rhos,
     discounts=discounts,
@@ -119,7 +133,22 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
   raw_advantages = pg_advantages
   if normalize_advantage:
     pg_advantages = normalize_advantages(pg_advantages)
-  if clipped:
+  if proximal_params is not None:
+    proximal_log_prob = distribution.log_prob(
+      tf.cast(proximal_params[:-1], params_t.dtype), action_t
+    )
+    log_ratio = target_log_prob - tf.stop_gradient(proximal_log_prob)
+    pg_loss = -tf.reduce_mean(
+      learning.decoupled_clipped_surrogate(
+        target_log_prob,
+        proximal_log_prob,
+        behaviour_log_prob,
+        pg_advantages,
+        clip_ratio,
+        max_weight=clip_pg_rho_threshold,
+      )
+    )
+  elif clipped:
     log_ratio = target_log_prob - behaviour_log_prob
     pg_loss = -tf.reduce_mean(
       learning.clipped_surrogate(tf.exp(log_ratio), pg_advantages, clip_ratio)
@@ -133,6 +162,10 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
   )
   if clipped:
     metrics.update(learning.ratio_metrics(log_ratio, clip_ratio))
+  if proximal_params is not None:
+    metrics["vtrace/proximal_weight"] = tf.reduce_mean(
+      tf.exp(tf.stop_gradient(proximal_log_prob) - behaviour_log_prob)
+    )
 
   rhos = tf.exp(log_rhos)
   metrics["vtrace/rho_mean"] = tf.reduce_mean(rhos)

@@ -113,6 +113,10 @@ def test_config_validation_messages():
     VtraceConfig(policy_loss="clip", clip_ratio=1.5)
   with pytest.raises(ValueError, match="separate_value_torso only works"):
     VtraceConfig(use_lstm=True, separate_value_torso=True)
+  with pytest.raises(ValueError, match="allowed: behaviour, proximal"):
+    VtraceConfig(policy_loss="clip", surrogate_anchor="target")
+  with pytest.raises(ValueError, match="anchors the clipped surrogate"):
+    VtraceConfig(policy_loss="pg", surrogate_anchor="proximal")
   assert VtraceConfig().separate_value_torso
   assert not VtraceConfig(use_lstm=True).separate_value_torso
 
@@ -172,16 +176,25 @@ def test_train_steps_are_finite_and_change_weights(normalize):
   assert all(not np.allclose(a, b) for a, b in zip(before, after))
 
 
-@pytest.mark.parametrize("policy_loss", ["pg", "clip"])
+@pytest.mark.parametrize("policy_loss", ["pg", "clip", "clip-proximal"])
 def test_epochs_and_minibatches_reuse_each_round(policy_loss):
   """2 epochs x 2 minibatches: four updates on one round of 4 unrolls, each
   unroll trained on twice (V-trace corrects for the moving policy; 'clip'
-  also bounds how far the ratio pi/mu may be pushed)."""
+  also bounds how far the ratio pi/mu may be pushed, 'clip-proximal' how
+  far from the round's starting policy)."""
+  proximal = policy_loss == "clip-proximal"
+  policy_loss = "clip" if proximal else policy_loss
+  anchor = "proximal" if proximal else "behaviour"
   agent = VtraceAgent(
     OBS_SPEC,
     ACTION_SPEC,
     4,
-    small_config(num_epochs=2, num_minibatches=2, policy_loss=policy_loss),
+    small_config(
+      num_epochs=2,
+      num_minibatches=2,
+      policy_loss=policy_loss,
+      surrogate_anchor=anchor,
+    ),
   )
   rng = np.random.default_rng(5)
   agent.add_unrolls(make_unroll(agent, 4, rng))
@@ -191,6 +204,10 @@ def test_epochs_and_minibatches_reuse_each_round(policy_loss):
   # Later passes see a policy that moved: importance weights leave 1.
   assert np.isfinite(metrics["vtrace/rho_mean"])
   assert ("policy/clip_fraction" in metrics) == (policy_loss == "clip")
+  # The weight pi_prox / mu of the round's data is reported.
+  assert ("vtrace/proximal_weight" in metrics) == proximal
+  if proximal:
+    assert 0.0 < metrics["vtrace/proximal_weight"] < np.inf
   with pytest.raises(ValueError, match="multiple of num_minibatches"):
     small_config(batch_size=4, num_minibatches=3)
 
@@ -435,7 +452,8 @@ def test_create_agent_reads_gin():
     gin.clear_config()
 
 
-def test_atari_shaped_lstm_agent_trains():
+@pytest.mark.parametrize("policy_loss", ["pg", "clip-proximal"])
+def test_atari_shaped_lstm_agent_trains(policy_loss):
   from seed_rl.networks import atari_torso
 
   obs_spec = ArraySpec((84, 84, 4), "uint8", "frames")
@@ -448,6 +466,8 @@ def test_atari_shaped_lstm_agent_trains():
     lstm_units=16,
     torso=atari_torso,
     reward_clipping="abs_one",
+    policy_loss=policy_loss.split("-")[0],
+    surrogate_anchor="proximal" if "proximal" in policy_loss else "behaviour",
   )
   agent = VtraceAgent(obs_spec, action_spec, 2, config)
   rng = np.random.default_rng(9)

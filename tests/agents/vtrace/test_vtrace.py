@@ -482,9 +482,13 @@ def np_log_softmax(logits):
 
 
 @pytest.mark.parametrize("lam", [1.0, 0.9])
-@pytest.mark.parametrize("policy_loss", ["pg", "clip"])
+@pytest.mark.parametrize("policy_loss", ["pg", "clip", "clip-proximal"])
 @pytest.mark.parametrize("normalize", [False, True])
 def test_impala_loss_matches_numpy_reference(normalize, policy_loss, lam):
+  # 'clip-proximal': the clipped surrogate anchored at the round's starting
+  # policy (Hilton et al. 2021), weighted by min(pi_prox / mu, 1).
+  proximal = policy_loss == "clip-proximal"
+  policy_loss = "clip" if proximal else policy_loss
   rng = np.random.default_rng(7)
   num_steps, batch, num_actions = 6, 4, 3
   gamma, value_cost, entropy_cost = 0.9, 0.5, 0.02
@@ -497,6 +501,8 @@ def test_impala_loss_matches_numpy_reference(normalize, policy_loss, lam):
     num_steps, batch, terminated_at=[(2, 1)], truncated_at=[(4, 2)]
   )
   bootstrap = np.where(truncated, rng.normal(size=values.shape), 0.0)
+  # Between mu and pi_theta, as a lagging learner's round start is.
+  prox_logits = 0.5 * (logits + behaviour)
 
   total, metrics = loss_lib.impala_loss(
     distributions.Categorical(num_actions),
@@ -515,6 +521,7 @@ def test_impala_loss_matches_numpy_reference(normalize, policy_loss, lam):
     policy_loss=policy_loss,
     clip_ratio=EPS,
     trace_lambda=lam,
+    proximal_params=tf.constant(prox_logits, tf.float32) if proximal else None,
   )
 
   log_pi = np_log_softmax(logits)[:-1]
@@ -533,13 +540,26 @@ def test_impala_loss_matches_numpy_reference(normalize, policy_loss, lam):
   if normalize:  # over all T x B advantages, population std (as PPO)
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
   if policy_loss == "clip":  # PPO eq. 7, per element of [T, B]
-    surrogate = np.minimum(rhos * adv, np.clip(rhos, 1 - EPS, 1 + EPS) * adv)
-    policy = -np.mean(surrogate)
+    ratio, log_ratio, weight = rhos, log_rhos, 1.0
+    if proximal:
+      log_prox = np.take_along_axis(
+        np_log_softmax(prox_logits)[:-1], action[:-1, :, None], -1
+      )[..., 0]
+      log_ratio = picked - log_prox
+      ratio = np.exp(log_ratio)
+      weight = np.minimum(np.exp(log_prox - (picked - log_rhos)), 1.0)
+      np.testing.assert_allclose(
+        metrics["vtrace/proximal_weight"],
+        np.mean(np.exp(log_prox - (picked - log_rhos))),
+        rtol=1e-4,
+      )
+    surrogate = np.minimum(ratio * adv, np.clip(ratio, 1 - EPS, 1 + EPS) * adv)
+    policy = -np.mean(weight * surrogate)
     np.testing.assert_allclose(
-      metrics["policy/clip_fraction"], np.mean(np.abs(rhos - 1) > EPS)
+      metrics["policy/clip_fraction"], np.mean(np.abs(ratio - 1) > EPS)
     )
     np.testing.assert_allclose(
-      metrics["policy/approx_kl"], np.mean(rhos - 1 - log_rhos), rtol=1e-4
+      metrics["policy/approx_kl"], np.mean(ratio - 1 - log_ratio), rtol=1e-4
     )
   else:
     policy = -np.mean(picked * adv)
