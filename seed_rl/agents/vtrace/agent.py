@@ -188,7 +188,7 @@ class VtraceAgent(queue_fed.QueueAgent):
     cfg = self.config
     time_major = agent_api.time_major
     # [T+1, B, ...] time-major arrays, then [B, ...] core states.
-    inputs = (
+    inputs: Tuple[np.ndarray, ...] = (
       time_major(batch.observation),
       time_major(batch.prev_action),
       time_major(batch.action),
