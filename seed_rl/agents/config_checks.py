@@ -84,11 +84,29 @@ def optimizer_epsilon(config: Any, name: str) -> None:
   positive(config, name, why="it guards a division")
 
 
+# Where a clipped surrogate anchors its ratio (PPO and V-trace configs).
+SURROGATE_ANCHORS = ("behaviour", "proximal")
+
+
 def choice(config: Any, name: str, allowed: Sequence[str]) -> None:
   """The field is one of `allowed` (strings)."""
   value = getattr(config, name)
   if value not in allowed:
     fail(config, f"{name} {value!r} is unknown; allowed: {', '.join(allowed)}")
+
+
+def surrogate_anchor(config: Any, loss_field: str) -> None:
+  """`surrogate_anchor` is 'behaviour' or 'proximal', and 'proximal' (the
+  decoupled clipped surrogate) comes with the loss field set to 'clip'."""
+  choice(config, "surrogate_anchor", SURROGATE_ANCHORS)
+  loss = getattr(config, loss_field)
+  if config.surrogate_anchor == "proximal" and loss != "clip":
+    fail(
+      config,
+      f"surrogate_anchor 'proximal' anchors the clipped surrogate; "
+      f"{loss_field} {loss!r} has none (use {loss_field} 'clip' or "
+      f"surrogate_anchor 'behaviour')",
+    )
 
 
 def layer_widths(config: Any, name: str = "head_hidden") -> Tuple[int, ...]:

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import gin
 import keras
 
-from seed_rl.agents.ppo.loss import LOSS_TYPES, SURROGATE_ANCHORS
+from seed_rl.agents.ppo.loss import LOSS_TYPES
 from seed_rl.agents import config_checks as checks
 
 _LOG_STD_MODES = ("state_independent", "state_dependent")
@@ -197,14 +197,7 @@ class PPOConfig:
   def _check_loss(self) -> None:
     """The surrogate loss: its type, the KL penalty and the value clip."""
     checks.choice(self, "loss", LOSS_TYPES)
-    checks.choice(self, "surrogate_anchor", SURROGATE_ANCHORS)
-    if self.surrogate_anchor == "proximal" and self.loss != "clip":
-      checks.fail(
-        self,
-        f"surrogate_anchor 'proximal' anchors the clipped surrogate; loss "
-        f"{self.loss!r} has none (use loss 'clip' or surrogate_anchor "
-        f"'behaviour')",
-      )
+    checks.surrogate_anchor(self, "loss")
     checks.positive(self, "kl_target", why="nats; beta is adapted around it")
     checks.positive(
       self,

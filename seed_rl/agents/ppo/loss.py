@@ -31,8 +31,6 @@ from seed_rl.agents.advantages import normalize_advantages
 __all__ = ["kl_penalty_surrogate", "ppo_loss", "value_loss"]
 
 LOSS_TYPES = ("clip", "kl_penalty")
-# Where the clipped surrogate's ratio is anchored (PPOConfig.surrogate_anchor).
-SURROGATE_ANCHORS = ("behaviour", "proximal")
 
 
 def kl_penalty_surrogate(

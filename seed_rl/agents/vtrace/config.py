@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import gin
 import keras
 
-from seed_rl.agents.vtrace.loss import POLICY_LOSSES, SURROGATE_ANCHORS
+from seed_rl.agents.vtrace.loss import POLICY_LOSSES
 from seed_rl.networks import mlp_torso
 from seed_rl.agents import config_checks as checks
 
@@ -171,14 +171,7 @@ class VtraceConfig:
     checks.choice(self, "policy_loss", POLICY_LOSSES)
     if not 0 < self.clip_ratio < 1:
       checks.fail(self, f"clip_ratio must be in (0, 1), got {self.clip_ratio}")
-    checks.choice(self, "surrogate_anchor", SURROGATE_ANCHORS)
-    if self.surrogate_anchor == "proximal" and self.policy_loss != "clip":
-      checks.fail(
-        self,
-        f"surrogate_anchor 'proximal' anchors the clipped surrogate; "
-        f"policy_loss {self.policy_loss!r} has none (use policy_loss "
-        f"'clip' or surrogate_anchor 'behaviour')",
-      )
+    checks.surrogate_anchor(self, "policy_loss")
     if self.separate_value_torso is None:
       self.separate_value_torso = not self.use_lstm
     if self.use_lstm and self.separate_value_torso:

@@ -17,16 +17,13 @@ from seed_rl.agents.advantages import normalize_advantages
 from seed_rl.agents.episode_ends import transition_inputs
 from seed_rl.agents.vtrace import vtrace
 
-__all__ = ["POLICY_LOSSES", "SURROGATE_ANCHORS", "impala_loss"]
+__all__ = ["POLICY_LOSSES", "impala_loss"]
 
 # 'pg': IMPALA's policy gradient, rho-weighted advantages times grad log pi.
 # 'clip': PPO's clipped surrogate (eq. 7) of the ratio pi_theta / mu on the
 #   unweighted V-trace advantage, as IMPACT (Luo et al. 2020) and Sample
 #   Factory's APPO do: a trust region for reusing unrolls over epochs.
 POLICY_LOSSES = ("pg", "clip")
-# Where 'clip' anchors its ratio: mu (IMPACT's r = pi / mu) or the policy at
-# the start of the round (Hilton et al. 2021's decoupled objective).
-SURROGATE_ANCHORS = ("behaviour", "proximal")
 
 
 def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations)
