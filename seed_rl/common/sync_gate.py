@@ -16,7 +16,6 @@ chosen before the update).
 from __future__ import annotations
 
 import threading
-import time
 
 
 class SyncGate:
@@ -36,7 +35,6 @@ class SyncGate:
     self._trained = 0  # updates finished
     self._released = False
     self._cond = threading.Condition()
-    self.wait_s = 0.0  # inference's total wait, for diagnostics
 
   def _pending(self) -> int:
     return self._added - self._trained * self.batch_unrolls
@@ -54,12 +52,8 @@ class SyncGate:
   def wait(self) -> None:
     """Blocks while a whole batch waits to be trained on (or is training)."""
     with self._cond:
-      if self._pending() < self.batch_unrolls or self._released:
-        return
-      start = time.perf_counter()
       while self._pending() >= self.batch_unrolls and not self._released:
         self._cond.wait()
-      self.wait_s += time.perf_counter() - start
 
   def release(self) -> None:
     """The learner is stopping: no wait blocks again."""
