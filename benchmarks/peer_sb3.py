@@ -244,6 +244,14 @@ def main() -> None:
     "RL Zoo's); envpool: envpool's v5 env as CleanRL's envpool scripts "
     "make it (see the module docstring)",
   )
+  parser.add_argument(
+    "--vf_coef",
+    type=float,
+    default=0.5,
+    help="SB3's value loss weight (its value loss is the mean squared error, "
+    "so 0.5 weighs it as 0.5 x MSE; CleanRL and this project weigh "
+    "0.25 x MSE, i.e. --vf_coef 0.25); a diagnostic, the zoo's is 0.5",
+  )
   args = parser.parse_args()
   torch.set_num_threads(args.threads)
   os.makedirs(args.logdir, exist_ok=True)
@@ -257,7 +265,7 @@ def main() -> None:
     learning_rate=linear(2.5e-4),
     clip_range=linear(0.1),
     ent_coef=0.01,
-    vf_coef=0.5,
+    vf_coef=args.vf_coef,
     seed=args.seed,
     device="cpu",
     verbose=0,
@@ -275,6 +283,7 @@ def main() -> None:
     "minutes": args.minutes,
     "life_loss_terminals": not args.full_games,
     "emulator": args.emulator,
+    "vf_coef": args.vf_coef,
     "agent_steps": int(model.num_timesteps),
     "agent_steps_per_s": model.num_timesteps / (time.time() - clock.start),
     "episodes": clock.episodes,

@@ -63,13 +63,16 @@ def adam(
   config: Any, learning_rate: Any, variables: Sequence[tf.Variable]
 ) -> optimizers.Optimizer:
   """Adam at `learning_rate` with config.optimizer_epsilon and
-  config.max_grad_norm (PPO, DQN, R2D2, SAC, TD3)."""
+  config.max_grad_norm (PPO, DQN, R2D2, SAC, TD3), and the epsilon form of
+  config.optimizer_epsilon_form where the config has one (PPO; the others
+  keep TensorFlow's, as the implementations they follow)."""
   return optimizers.make_optimizer(
     "adam",
     learning_rate,
     epsilon=config.optimizer_epsilon,
     max_grad_norm=config.max_grad_norm,
     variables=variables,
+    epsilon_form=getattr(config, "optimizer_epsilon_form", "tensorflow"),
   )
 
 

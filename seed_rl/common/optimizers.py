@@ -13,9 +13,19 @@ Update rules (g = the clipped gradient, t = 1, 2, ...):
       ms <- rho ms + (1 - rho) g^2
       mom <- momentum mom + lr g / sqrt(ms + epsilon)
       theta <- theta - mom
-  Adam (Kingma & Ba 2015 with epsilon outside the square root, as Keras):
+  Adam (Kingma & Ba 2015), epsilon outside the square root, in one of two
+  forms (`ADAM_EPSILON_FORMS`):
       m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+    'tensorflow' (TensorFlow's and Keras' kernels; SEED RL, Dopamine):
       theta <- theta - lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + epsilon)
+    'paper' (the paper's Algorithm 1; PyTorch, so CleanRL and SB3):
+      theta <- theta - lr / (1 - b1^t) m / (sqrt(v / (1 - b2^t)) + epsilon)
+    They differ only in the first ~1,000 steps: the 'tensorflow' form is the
+    'paper' form with epsilon / sqrt(1 - b2^t) (31.6 epsilon at t = 1,
+    3.2 epsilon at t = 100), which damps the early steps of weights whose
+    gradients are near epsilon (a Nature CNN's first PPO update on Atari moves
+    its dense layer 2.4x less). The 'paper' form runs on the same kernel with
+    epsilon sqrt(1 - b2^t).
 
 Losses averaged over N = T x B samples have gradients N times smaller than
 the summed losses of IMPALA and torchbeast; RMSProp gives the same update for
@@ -29,6 +39,7 @@ from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 _OPTIMIZERS = ("adam", "rmsprop")
+ADAM_EPSILON_FORMS = ("tensorflow", "paper")
 
 LearningRate = Union[float, Callable[[tf.Tensor], tf.Tensor]]
 
@@ -97,11 +108,16 @@ def tf_variable(variable) -> tf.Variable:
 
 
 def _check_optimizer_args(
-  name: str, epsilon: float, max_grad_norm: Optional[float]
+  name: str, epsilon: float, max_grad_norm: Optional[float], epsilon_form: str
 ) -> None:
   if name not in _OPTIMIZERS:
     raise ValueError(
       f"optimizer {name!r} is unknown; allowed: {', '.join(_OPTIMIZERS)}"
+    )
+  if epsilon_form not in ADAM_EPSILON_FORMS:
+    raise ValueError(
+      f"Adam epsilon form {epsilon_form!r} is unknown; allowed: "
+      f"{', '.join(ADAM_EPSILON_FORMS)}"
     )
   if not epsilon > 0:
     raise ValueError(f"optimizer epsilon must be > 0, got {epsilon}")
@@ -139,6 +155,7 @@ class Optimizer(tf.Module):
     beta_1: float = 0.9,
     beta_2: float = 0.999,
     clock: Optional[tf.Variable] = None,
+    epsilon_form: str = "tensorflow",
   ):
     super().__init__(name=f"{name}_optimizer")
     # Built inside a tf.distribute strategy's scope (a multi-device
@@ -150,8 +167,9 @@ class Optimizer(tf.Module):
     # The learner step counter drives the schedule when given (one clock
     # for every schedule of an agent); else the updates applied here.
     self._clock = clock
-    _check_optimizer_args(name, epsilon, max_grad_norm)
+    _check_optimizer_args(name, epsilon, max_grad_norm, epsilon_form)
     self.kind = name
+    self.epsilon_form = epsilon_form
     self._schedule: Optional[Callable[[tf.Tensor], tf.Tensor]]
     if callable(learning_rate):
       self._schedule = learning_rate
@@ -248,6 +266,7 @@ class Optimizer(tf.Module):
     if self.kind == "adam":
       t = tf.cast(step, tf.float32)
       b1_power, b2_power = self.beta_1**t, self.beta_2**t
+      epsilon = self._adam_epsilon(b2_power)
       for g, v, i in zip(grads, variables, slots):
         tf.raw_ops.ResourceApplyAdam(
           var=v.handle,
@@ -258,7 +277,7 @@ class Optimizer(tf.Module):
           lr=lr,
           beta1=self.beta_1,
           beta2=self.beta_2,
-          epsilon=self.epsilon,
+          epsilon=epsilon,
           grad=tf.cast(g, v.dtype),
         )
     else:
@@ -273,6 +292,13 @@ class Optimizer(tf.Module):
           epsilon=self.epsilon,
           grad=tf.cast(g, v.dtype),
         )
+
+  def _adam_epsilon(self, b2_power: tf.Tensor) -> tf.Tensor:
+    """The epsilon to hand TensorFlow's Adam kernel at this step: scaled by
+    sqrt(1 - b2^t) for the 'paper' form (see the module docstring)."""
+    if self.epsilon_form == "paper":
+      return self.epsilon * tf.sqrt(1.0 - b2_power)
+    return tf.constant(self.epsilon, tf.float32)
 
   def _apply_mirrored(self, grads, variables, slots, norm) -> None:
     """`_apply` for mirrored variables (see apply_gradients)."""
@@ -289,6 +315,7 @@ class Optimizer(tf.Module):
     lr = tf.convert_to_tensor(self.learning_rate)
     t = tf.cast(step, tf.float32)
     b1_power, b2_power = self.beta_1**t, self.beta_2**t
+    epsilon = self._adam_epsilon(b2_power)
 
     def kernel(v, slot_a, slot_b, g):
       # In the update context: v, slot_a, slot_b and g are this device's.
@@ -305,7 +332,7 @@ class Optimizer(tf.Module):
           lr=lr,
           beta1=self.beta_1,
           beta2=self.beta_2,
-          epsilon=self.epsilon,
+          epsilon=epsilon,
           grad=g,
         )
       return tf.raw_ops.ResourceApplyRMSProp(
@@ -334,12 +361,14 @@ def make_optimizer(
   momentum: float = 0.0,
   variables: Optional[Sequence[tf.Variable]] = None,
   clock: Optional[tf.Variable] = None,
+  epsilon_form: str = "tensorflow",
 ) -> Optimizer:
   """Builds an `Optimizer` for `variables` (required: slots are made now,
   so a checkpoint restores into it before the first training step).
 
   `clock`: the learner step counter that drives a learning-rate schedule
   (read before the agent increments it: the index of this update).
+  `epsilon_form`: Adam's, one of ADAM_EPSILON_FORMS (module docstring).
   """
   if variables is None:
     raise ValueError("make_optimizer needs the variables it will train")
@@ -352,6 +381,7 @@ def make_optimizer(
     rmsprop_decay=rmsprop_decay,
     momentum=momentum,
     clock=clock,
+    epsilon_form=epsilon_form,
   )
 
 

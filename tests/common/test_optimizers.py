@@ -27,6 +27,17 @@ def _adam_reference(theta, grads, lr, b1, b2, eps):
   return theta
 
 
+def _adam_algorithm_1(theta, grads, lr, b1, b2, eps):
+  """Kingma & Ba 2015, Algorithm 1: epsilon on the bias-corrected moments."""
+  m, v = np.zeros_like(theta), np.zeros_like(theta)
+  for t, g in enumerate(grads, start=1):
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
+    theta = theta - lr * m_hat / (np.sqrt(v_hat) + eps)
+  return theta
+
+
 def _run(opt_name, grads, **kw):
   var = tf.Variable(np.array([0.5, -1.0, 2.0], np.float32))
   opt = optimizers.make_optimizer(opt_name, variables=[var], **kw)
@@ -74,6 +85,20 @@ def test_adam_matches_the_reference():
     np.array([0.5, -1.0, 2.0]), GRADS, 1e-2, 0.9, 0.999, 1e-5
   )
   np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_adam_paper_form_matches_algorithm_1():
+  # Gradients near epsilon, where the two forms part: TensorFlow's adds
+  # epsilon before the bias correction (31.6 epsilon at t = 1).
+  grads = [g * 1e-4 for g in GRADS]
+  theta = np.array([0.5, -1.0, 2.0])
+  got, _ = _run(
+    "adam", grads, learning_rate=1e-2, epsilon=1e-5, epsilon_form="paper"
+  )
+  want = _adam_algorithm_1(theta, grads, 1e-2, 0.9, 0.999, 1e-5)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  tf_form = _adam_reference(theta, grads, 1e-2, 0.9, 0.999, 1e-5)
+  assert np.abs((tf_form - theta) / (want - theta) - 1).max() > 0.5
 
 
 def test_mean_loss_with_scaled_epsilon_steps_like_the_summed_loss():
@@ -161,6 +186,7 @@ def test_slots_and_counter_checkpoint(tmp_path):
     (dict(name="sgd"), "unknown; allowed: adam, rmsprop"),
     (dict(epsilon=0.0), "epsilon must be > 0"),
     (dict(max_grad_norm=-1.0), "max_grad_norm must be >= 0"),
+    (dict(epsilon_form="torch"), "unknown; allowed: tensorflow, paper"),
   ],
 )
 def test_bad_settings_are_named(kwargs, match):

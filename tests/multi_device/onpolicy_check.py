@@ -165,6 +165,7 @@ def cases(placement):
       normalize_observations=True,
       learning_rate=0.5,
       optimizer_epsilon=1.0,
+      optimizer_epsilon_form="paper",  # the per-step epsilon, mirrored
       max_grad_norm=0.05,  # small: the clip is active
       queue_capacity=8,
     ),

@@ -10,6 +10,7 @@ import keras
 
 from seed_rl.agents.ppo.loss import LOSS_TYPES
 from seed_rl.agents import config_checks as checks
+from seed_rl.common.optimizers import ADAM_EPSILON_FORMS
 
 _LOG_STD_MODES = ("state_independent", "state_dependent")
 _BOUND_HANDLING = ("tanh", "clip")
@@ -77,6 +78,10 @@ class PPOConfig:
         'linear' schedules (needed by them, else unused).
       optimizer_epsilon: Adam's denominator epsilon (CleanRL and Baselines
         use 1e-5).
+      optimizer_epsilon_form: 'tensorflow' (epsilon added to sqrt(v) before
+        bias correction, as TensorFlow's kernel) or 'paper' (to the
+        bias-corrected sqrt(v), Kingma & Ba's Algorithm 1 and PyTorch's, so
+        CleanRL's and SB3's); see seed_rl/common/optimizers.py.
       max_grad_norm: global-norm gradient clip; None or 0 disables it.
     Network:
       torso: factory returning a Keras layer [B, *obs] -> [B, F] (e.g.
@@ -129,6 +134,7 @@ class PPOConfig:
   lr_schedule: str = "constant"
   total_learner_steps: Optional[int] = None
   optimizer_epsilon: float = 1e-5
+  optimizer_epsilon_form: str = "tensorflow"
   max_grad_norm: Optional[float] = 0.5
   # Network.
   torso: Optional[Callable[[], keras.layers.Layer]] = None
@@ -234,6 +240,7 @@ class PPOConfig:
     )
     checks.max_grad_norm(self)
     checks.optimizer_epsilon(self, "optimizer_epsilon")
+    checks.choice(self, "optimizer_epsilon_form", ADAM_EPSILON_FORMS)
     if self.early_stop_kl is not None and not self.early_stop_kl > 0:
       checks.fail(
         self,
