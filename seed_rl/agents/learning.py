@@ -39,8 +39,9 @@ def scheduled_optimizer(
 
   Reads config.optimizer ('adam' or 'rmsprop'), learning_rate (decayed
   linearly to 0 over total_learner_steps when lr_schedule == 'linear'),
-  optimizer_epsilon, max_grad_norm and rmsprop_decay. `clock` is the
-  learner step counter that drives the schedule.
+  optimizer_epsilon, max_grad_norm, rmsprop_decay and, where the config
+  has it (V-trace), optimizer_epsilon_form. `clock` is the learner step
+  counter that drives the schedule.
   """
   cfg = config
   linear = cfg.lr_schedule == "linear"
@@ -56,6 +57,7 @@ def scheduled_optimizer(
     momentum=momentum,
     variables=variables,
     clock=clock,
+    epsilon_form=getattr(cfg, "optimizer_epsilon_form", "tensorflow"),
   )
 
 

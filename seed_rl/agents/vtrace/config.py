@@ -11,6 +11,7 @@ import keras
 from seed_rl.agents.vtrace.loss import POLICY_LOSSES
 from seed_rl.networks import mlp_torso
 from seed_rl.agents import config_checks as checks
+from seed_rl.common.optimizers import ADAM_EPSILON_FORMS
 
 _OPTIMIZERS = ("adam", "rmsprop")
 _REWARD_CLIPPING = checks.REWARD_CLIPPING + ("soft_asymmetric",)
@@ -72,6 +73,10 @@ class VtraceConfig:
       lr_schedule: 'constant' or 'linear' (to 0 at total_learner_steps).
       total_learner_steps: length of the linear schedule in learner steps.
       optimizer_epsilon: denominator epsilon of the optimizer.
+      optimizer_epsilon_form: Adam's: 'tensorflow' (epsilon added to sqrt(v)
+        before bias correction, TensorFlow's kernel) or 'paper' (to the
+        bias-corrected sqrt(v): Kingma & Ba's Algorithm 1, PyTorch's Adam
+        as CleanRL runs it); see seed_rl/common/optimizers.py.
       max_grad_norm: global-norm gradient clip; None or 0 disables it.
       optimizer: 'adam' or 'rmsprop'.
       rmsprop_decay, rmsprop_momentum: RMSProp only.
@@ -112,6 +117,7 @@ class VtraceConfig:
   lr_schedule: str = "linear"
   total_learner_steps: int = 2000
   optimizer_epsilon: float = 1e-5
+  optimizer_epsilon_form: str = "tensorflow"
   max_grad_norm: Optional[float] = 1.0
   optimizer: str = "adam"
   rmsprop_decay: float = 0.99
@@ -146,6 +152,7 @@ class VtraceConfig:
     checks.choice(self, "lr_schedule", checks.LR_SCHEDULES)
     checks.choice(self, "optimizer", _OPTIMIZERS)
     checks.optimizer_epsilon(self, "optimizer_epsilon")
+    checks.choice(self, "optimizer_epsilon_form", ADAM_EPSILON_FORMS)
     for name in ("rmsprop_decay", "rmsprop_momentum"):
       if not 0 <= getattr(self, name) < 1:
         checks.fail(
