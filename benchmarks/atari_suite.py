@@ -24,6 +24,10 @@ with bindings on top, in `ROOT/<L>/`); every seed found there is one run. `repor
   scores included: how much of CleanRL's progress over random play);
 - `hns`: human-normalised score (seed_rl.atari.scores);
 - `noop30`: the final checkpoint's greedy and sampled scores (10 episodes);
+- `policy_lag`: the median of the learner's `perf/policy_lag` (updates
+  between acting and training on a step) over the same minutes: where
+  the learner binds (a slow CPU, a large torso) it grows, and with it the
+  return per agent step can change, so runs are compared at like lags;
 - summary: the medians over games of the seed means, games at or above
   CleanRL, and for Atari-5 the 57-game median HNS its regression predicts
   from the five games (`atari5_median`) and what it predicts from
@@ -59,7 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from compare_reference import compare, read_run  # noqa: E402
-from plot_curves import reference_to  # noqa: E402
+from plot_curves import read_curve, reference_to  # noqa: E402
 from references import Reference, atari5_median, named  # noqa: E402
 
 SUITES: Dict[str, List[str]] = {
@@ -142,6 +146,7 @@ def run_row(path: str, game: str, minutes: float) -> dict:
     "hns": hns,
     "hns_cleanrl": hns_ref,
     "hns_ratio": _round(hns / hns_ref) if hns_ref and hns_ref > 0 else None,
+    "policy_lag": policy_lag(path, r["agent_steps"]),
   }
   eval_path = os.path.join(path, EVAL_FILE)
   if os.path.exists(eval_path):
@@ -157,6 +162,16 @@ def run_row(path: str, game: str, minutes: float) -> dict:
       for mode, s in scores.items()
     }
   return row
+
+
+def policy_lag(path: str, agent_steps: Optional[float]) -> Optional[float]:
+  """The median `perf/policy_lag` of a run up to `agent_steps` (None when
+  it logged none, or no step count is known)."""
+  steps, lag, _ = read_curve(path, "perf/policy_lag")
+  if agent_steps is None or not steps.size:
+    return None
+  kept = lag[steps <= agent_steps]
+  return _round(np.median(kept), 1) if kept.size else None
 
 
 def _mean(rows: List[dict], key: str) -> Optional[float]:

@@ -349,6 +349,9 @@ def test_atari_suite_reports_each_game_against_cleanrl_and_the_regression(
         tf.summary.scalar("perf/env_steps", 50_000.0 * step, step=step)
         tf.summary.scalar("perf/elapsed_s", 60.0 * step, step=step)
         tf.summary.scalar("episode/return_last100", refs[game][2e6], step=step)
+        # A lag that grows by one update a minute: its median over the
+        # first 60 minutes is 30.5, over all 80 it would be 40.5.
+        tf.summary.scalar("perf/policy_lag", float(step), step=step)
     writer.close()
   with open(tmp_path / "2core" / "qbert-s0" / suite.EVAL_FILE, "w") as f:
     json.dump(
@@ -370,6 +373,7 @@ def test_atari_suite_reports_each_game_against_cleanrl_and_the_regression(
   assert run["return_last100"] == 4930.0 and run["cleanrl"] == 5540.0
   assert run["ratio"] == round(4930.0 / 5540.0, 3)
   assert run["hns"] == round((4930.0 - 761.4) / (7242.6 - 761.4), 4)
+  assert run["policy_lag"] == 30.5
   # Double Dunk's scores are negative: a ratio of returns means nothing,
   # the ratio of human-normalised scores does.
   (dd,) = games[1]["runs"]
