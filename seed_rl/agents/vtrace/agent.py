@@ -94,7 +94,10 @@ class VtraceAgent(queue_fed.QueueAgent):
     self._act_fn = self._make_act_fn()
     self._train_fn = self._make_train_fn()
     self._proximal = self.config.surrogate_anchor == "proximal"
-    self._prox_fn = self._make_prox_fn() if self._proximal else None
+    self._round_targets = self.config.targets == "round"
+    self._round_fn = (
+      self._make_round_fn() if self._proximal or self._round_targets else None
+    )
 
   def _build_variables(self) -> None:
     """The network, the step counter and the optimizer (with its slots)."""
@@ -199,10 +202,15 @@ class VtraceAgent(queue_fed.QueueAgent):
       time_major(batch.extras[BEHAVIOUR_PARAMS], np.float32),
     )
     core_state = tuple(np.asarray(s, np.float32) for s in batch.core_state)
-    if self._prox_fn is not None:
-      # The round's policy before its first update: the trust region's anchor.
-      prox = self._prox_fn(*inputs[:2], *inputs[3:6], core_state)
-      inputs = inputs + (prox.numpy(),)
+    if self._round_fn is not None:
+      # The round's policy before its first update (the trust region's
+      # anchor) and, with targets 'round', its V-trace targets and
+      # advantages, held over the round's updates.
+      prox, vs, advantages = self._round_fn(*inputs, core_state)
+      if self._proximal:
+        inputs = inputs + (prox.numpy(),)
+      if self._round_targets:
+        inputs = inputs + (vs.numpy(), advantages.numpy())
     minibatch = cfg.batch_size // cfg.num_minibatches
     sums: Dict[str, float] = {}
     updates = 0
@@ -272,68 +280,91 @@ class VtraceAgent(queue_fed.QueueAgent):
 
     return act_fn
 
-  def _train_signature(self):
-    """A minibatch of B' = batch_size / num_minibatches unrolls: time-major
-    [T+1, B'] observation (frames [k-1 + T+1, B', H, W] when the learner
-    stacks frames), prev_action, action, reward, terminated, truncated,
-    bootstrap_value and behaviour params (and with surrogate_anchor
-    'proximal' the round's proximal params), then the core state."""
-    cfg = self.config
+  def _batch_signature(self, b: int) -> List[tf.TensorSpec]:
+    """B unrolls, time-major [T+1, B]: observation (frames [k-1 + T+1, B,
+    H, W] when the learner stacks frames), prev_action, action, reward,
+    terminated, truncated, bootstrap_value and behaviour params."""
     obs_spec, act_spec = self.observation_spec, self.action_spec
-    t1, b = cfg.unroll_length + 1, cfg.batch_size // cfg.num_minibatches
-    params = tf.TensorSpec([t1, b, self._distribution.num_params], tf.float32)
+    t1 = self.config.unroll_length + 1
+    return [
+      frame_stacks.frames_spec(obs_spec, t1, b),
+      tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
+      tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
+      tf.TensorSpec([t1, b], tf.float32),
+      tf.TensorSpec([t1, b], tf.bool),
+      tf.TensorSpec([t1, b], tf.bool),
+      tf.TensorSpec([t1, b], tf.float32),
+      tf.TensorSpec([t1, b, self._distribution.num_params], tf.float32),
+    ]
+
+  def _train_signature(self):
+    """A minibatch of B' = batch_size / num_minibatches unrolls: the
+    `_batch_signature` arrays (and with surrogate_anchor 'proximal' the
+    round's proximal params [T+1, B', P], with targets 'round' its V-trace
+    targets and advantages [T, B']), then the core state."""
+    cfg = self.config
+    b = cfg.batch_size // cfg.num_minibatches
+    batch = self._batch_signature(b)
     return (
-      [
-        frame_stacks.frames_spec(obs_spec, t1, b),
-        tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
-        tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
-        tf.TensorSpec([t1, b], tf.float32),
-        tf.TensorSpec([t1, b], tf.bool),
-        tf.TensorSpec([t1, b], tf.bool),
-        tf.TensorSpec([t1, b], tf.float32),
-        params,
-      ]
-      + ([params] if cfg.surrogate_anchor == "proximal" else [])
-      + [
-        self._state_spec(b),
-      ]
+      batch
+      + ([batch[-1]] if cfg.surrogate_anchor == "proximal" else [])
+      + [tf.TensorSpec([cfg.unroll_length, b], tf.float32)]
+      * (2 if cfg.targets == "round" else 0)
+      + [self._state_spec(b)]
     )
 
-  def _make_prox_fn(self):
-    """The policy params [T+1, B, P] of a whole round's batch under the
-    current weights (observation, prev_action, reward, terminated,
-    truncated [T+1, B], then the core state)."""
-    cfg, obs_spec, act_spec = (
-      self.config,
-      self.observation_spec,
-      self.action_spec,
-    )
-    network = self._network
-    t1, b = cfg.unroll_length + 1, cfg.batch_size
+  def _make_round_fn(self):
+    """Over a whole round's batch under the current weights (the train
+    signature's [T+1, B] arrays, then the core state): the policy params
+    [T+1, B, P], and the V-trace targets and advantages [T, B] with the
+    rhos of these weights against the behaviour policy."""
+    cfg, obs_spec = self.config, self.observation_spec
+    network, distribution = self._network, self._distribution
+    signature = self._batch_signature(cfg.batch_size)
 
-    @tf.function(
-      input_signature=[
-        frame_stacks.frames_spec(obs_spec, t1, b),
-        tf.TensorSpec((t1, b) + act_spec.shape, act_spec.dtype),
-        tf.TensorSpec([t1, b], tf.float32),
-        tf.TensorSpec([t1, b], tf.bool),
-        tf.TensorSpec([t1, b], tf.bool),
-        self._state_spec(b),
-      ]
-    )
-    def prox_fn(observation, prev_action, reward, terminated, truncated, core):
+    @tf.function(input_signature=signature + [self._state_spec(cfg.batch_size)])
+    def round_fn(
+      observation,
+      prev_action,
+      action,
+      reward,
+      terminated,
+      truncated,
+      bootstrap_value,
+      behaviour_params,
+      core,
+    ):
       observation = frame_stacks.observations(
         obs_spec, observation, terminated[1:], truncated[1:]
       )
       done = tf.logical_or(terminated, truncated)
-      params, _ = network.unroll(observation, prev_action, reward, done, core)
-      return tf.cast(params, tf.float32)
+      params, baseline = network.unroll(
+        observation, prev_action, reward, done, core
+      )
+      vs, advantages = loss_lib.round_targets(
+        distribution,
+        params,
+        tf.cast(baseline, tf.float32),
+        action,
+        behaviour_params,
+        rewards_lib.clip_rewards(reward, cfg.reward_clipping),
+        terminated,
+        truncated,
+        bootstrap_value,
+        discount=cfg.discount,
+        clip_rho_threshold=cfg.clip_rho_threshold,
+        clip_c_threshold=cfg.clip_c_threshold,
+        clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+        trace_lambda=cfg.trace_lambda,
+      )
+      return tf.cast(params, tf.float32), vs, advantages
 
-    return prox_fn
+    return round_fn
 
   def _make_train_fn(self):
     cfg, obs_spec = self.config, self.observation_spec
     network, distribution = self._network, self._distribution
+    round_targets = cfg.targets == "round"
 
     def loss_and_gradients(
       observation,
@@ -347,10 +378,12 @@ class VtraceAgent(queue_fed.QueueAgent):
       *rest,
     ):
       """Gradients of the mean loss over this [T+1, B'] batch, metrics;
-      `rest`: the proximal params with surrogate_anchor 'proximal', then
-      the core state."""
-      proximal_params = rest[0] if len(rest) > 1 else None
-      core_state = rest[-1]
+      `rest`: the proximal params with surrogate_anchor 'proximal', the
+      round's targets and advantages with targets 'round', then the core
+      state."""
+      rest, core_state = list(rest[:-1]), rest[-1]
+      fixed_targets = (rest.pop(), rest.pop())[::-1] if round_targets else None
+      proximal_params = rest[0] if rest else None
       done = tf.logical_or(terminated, truncated)
       observation = frame_stacks.observations(
         obs_spec, observation, terminated[1:], truncated[1:]
@@ -381,6 +414,7 @@ class VtraceAgent(queue_fed.QueueAgent):
           clip_ratio=cfg.clip_ratio,
           trace_lambda=cfg.trace_lambda,
           proximal_params=proximal_params,
+          fixed_targets=fixed_targets,
         )
       return tape.gradient(total, variables), metrics
 

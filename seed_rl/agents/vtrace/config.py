@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import gin
 import keras
 
-from seed_rl.agents.vtrace.loss import POLICY_LOSSES
+from seed_rl.agents.vtrace.loss import POLICY_LOSSES, TARGETS
 from seed_rl.networks import mlp_torso
 from seed_rl.agents import config_checks as checks
 from seed_rl.common.optimizers import ADAM_EPSILON_FORMS
@@ -47,6 +47,11 @@ class VtraceConfig:
       trace_lambda: lambda in [0, 1] of the trace coefficients
         c_i = lambda min(c_bar, pi/mu) (SEED RL's lambda_; 1 is eq. (1) of
         the paper, lower values shorten the trace like GAE's lambda).
+      targets: 'update' (V-trace targets and advantages from each update's
+        own forward pass, as IMPALA) or 'round' (computed once with the
+        weights at the start of each round and held over its epochs and
+        minibatches, as PPO holds GAE's; one more forward pass per round;
+        policy_loss 'clip' only).
     Loss weights and clipping:
       entropy_cost: weight of the entropy bonus.
       value_cost: weight of the value loss 0.5 * mean (v_s - V(x_s))^2, the
@@ -102,6 +107,7 @@ class VtraceConfig:
   discount: float = 0.99
   reward_clipping: str = "none"
   trace_lambda: float = 1.0
+  targets: str = "update"
   # Loss weights and clipping.
   entropy_cost: float = 0.001
   value_cost: float = 0.5
@@ -179,6 +185,14 @@ class VtraceConfig:
     if not 0 < self.clip_ratio < 1:
       checks.fail(self, f"clip_ratio must be in (0, 1), got {self.clip_ratio}")
     checks.surrogate_anchor(self, "policy_loss")
+    checks.choice(self, "targets", TARGETS)
+    if self.targets == "round" and self.policy_loss != "clip":
+      checks.fail(
+        self,
+        f"targets 'round' holds the round's unweighted advantages, which "
+        f"only policy_loss 'clip' takes; policy_loss is "
+        f"{self.policy_loss!r} (use 'clip', or targets 'update')",
+      )
     if self.separate_value_torso is None:
       self.separate_value_torso = not self.use_lstm
     if self.use_lstm and self.separate_value_torso:

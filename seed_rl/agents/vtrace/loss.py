@@ -17,13 +17,68 @@ from seed_rl.agents.advantages import normalize_advantages
 from seed_rl.agents.episode_ends import transition_inputs
 from seed_rl.agents.vtrace import vtrace
 
-__all__ = ["POLICY_LOSSES", "impala_loss"]
+__all__ = ["POLICY_LOSSES", "TARGETS", "impala_loss", "round_targets"]
 
 # 'pg': IMPALA's policy gradient, rho-weighted advantages times grad log pi.
 # 'clip': PPO's clipped surrogate (eq. 7) of the ratio pi_theta / mu on the
 #   unweighted V-trace advantage, as IMPACT (Luo et al. 2020) and Sample
 #   Factory's APPO do: a trust region for reusing unrolls over epochs.
 POLICY_LOSSES = ("pg", "clip")
+
+# 'update': V-trace targets and advantages from each update's own forward
+#   pass (IMPALA; IMPACT with epochs), so later epochs of a round chase
+#   values that have already moved towards them.
+# 'round': computed once per round with the weights before its first update
+#   and held fixed over its epochs and minibatches, as PPO holds its GAE
+#   advantages and returns (needs policy_loss 'clip': the importance weights
+#   are those of the round's start).
+TARGETS = ("update", "round")
+
+
+def round_targets(  # noqa: PLR0913 (the targets' inputs, by keyword)
+  distribution,
+  policy_params: tf.Tensor,
+  baseline: tf.Tensor,
+  action: tf.Tensor,
+  behaviour_params: tf.Tensor,
+  reward: tf.Tensor,
+  terminated: tf.Tensor,
+  truncated: tf.Tensor,
+  bootstrap_value: tf.Tensor,
+  *,
+  discount: float,
+  clip_rho_threshold: float = 1.0,
+  clip_c_threshold: float = 1.0,
+  clip_pg_rho_threshold: float = 1.0,
+  trace_lambda: float = 1.0,
+) -> Tuple[tf.Tensor, tf.Tensor]:
+  """V-trace targets v_s and the unweighted advantages r_s + gamma v_{s+1}
+  - V(x_s), both [T, B], of one round's unrolls under the given (round
+  start) policy and values: impala_loss's targets with policy_loss 'clip',
+  to hold fixed over the round (targets 'round'). Same inputs as
+  impala_loss."""
+  action_t = action[:-1]
+  log_rhos = distribution.log_prob(policy_params[:-1], action_t) - (
+    distribution.log_prob(
+      tf.cast(behaviour_params[:-1], policy_params.dtype), action_t
+    )
+  )
+  discounts, next_values, trace_mask = transition_inputs(
+    baseline, terminated, truncated, bootstrap_value, discount
+  )
+  return vtrace.vtrace_targets(
+    log_rhos=tf.cast(log_rhos, tf.float32),
+    discounts=discounts,
+    rewards=tf.cast(reward[1:], tf.float32),
+    values=tf.cast(baseline[:-1], tf.float32),
+    next_values=next_values,
+    trace_mask=trace_mask,
+    clip_rho_threshold=clip_rho_threshold,
+    clip_c_threshold=clip_c_threshold,
+    clip_pg_rho_threshold=clip_pg_rho_threshold,
+    weight_pg_advantages=False,
+    trace_lambda=trace_lambda,
+  )
 
 
 def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equations)
@@ -48,6 +103,7 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
   clip_ratio: float = 0.1,
   trace_lambda: float = 1.0,
   proximal_params: Optional[tf.Tensor] = None,
+  fixed_targets: Optional[Tuple[tf.Tensor, tf.Tensor]] = None,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """Computes the IMPALA loss over one batch of unrolls.
 
@@ -84,6 +140,9 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
       (learning.decoupled_clipped_surrogate) of r_s = pi_theta / pi_prox,
       weighted by min(pi_prox / mu, clip_pg_rho_threshold), so a learner
       whose data lag behind can still move clip_ratio per round.
+    fixed_targets: None, or (v_s, A_s) [T, B] from `round_targets` at the
+      round's start, used instead of this update's own (policy_loss 'clip'
+      only).
 
   Returns:
     total loss (scalar) and a dict of scalar metrics (docs/METRICS.md);
@@ -113,7 +172,13 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
       "impala_loss: proximal_params anchor the clipped surrogate; "
       f"policy_loss {policy_loss!r} has none (allowed with them: 'clip')"
     )
-  vs, pg_advantages = vtrace.vtrace_targets(
+  if fixed_targets is not None and not clipped:
+    raise ValueError(
+      "impala_loss: fixed_targets hold unweighted advantages; policy_loss "
+      f"{policy_loss!r} weights them by this update's rhos (allowed with "
+      "them: 'clip')"
+    )
+  vs, pg_advantages = fixed_targets or vtrace.vtrace_targets(
     log_rhos=log_rhos,
     discounts=discounts,
     rewards=tf.cast(reward[1:], tf.float32),

@@ -117,6 +117,10 @@ def test_config_validation_messages():
     VtraceConfig(policy_loss="clip", surrogate_anchor="target")
   with pytest.raises(ValueError, match="anchors the clipped surrogate"):
     VtraceConfig(policy_loss="pg", surrogate_anchor="proximal")
+  with pytest.raises(ValueError, match="targets 'epoch' is unknown; allowed"):
+    VtraceConfig(policy_loss="clip", targets="epoch")
+  with pytest.raises(ValueError, match="only policy_loss 'clip' takes"):
+    VtraceConfig(policy_loss="pg", targets="round")
   assert VtraceConfig().separate_value_torso
   assert not VtraceConfig(use_lstm=True).separate_value_torso
 
@@ -210,6 +214,43 @@ def test_epochs_and_minibatches_reuse_each_round(policy_loss):
     assert 0.0 < metrics["vtrace/proximal_weight"] < np.inf
   with pytest.raises(ValueError, match="multiple of num_minibatches"):
     small_config(batch_size=4, num_minibatches=3)
+
+
+@pytest.mark.parametrize("anchor", ["behaviour", "proximal"])
+def test_round_targets_change_only_the_later_updates(anchor):
+  """targets 'round' holds the first update's targets over the round: one
+  update per round trains exactly as 'update' does; with two epochs the
+  second pass differs (its own targets would have moved)."""
+  rng = np.random.default_rng(8)
+
+  def trained(targets, num_epochs, unroll):
+    agent = VtraceAgent(
+      OBS_SPEC,
+      ACTION_SPEC,
+      4,
+      small_config(
+        policy_loss="clip",
+        surrogate_anchor=anchor,
+        targets=targets,
+        num_epochs=num_epochs,
+      ),
+    )
+    agent.network.set_weights(start)
+    agent.add_unrolls(unroll)
+    metrics = agent.train_step()
+    assert int(agent.step_counter.numpy()) == num_epochs
+    assert np.isfinite(metrics["loss/total"])
+    return weights(agent)
+
+  start = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config()).network
+  start = start.get_weights()
+  probe = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config())
+  probe.network.set_weights(start)
+  unroll = make_unroll(probe, 4, rng)
+  for a, b in zip(trained("update", 1, unroll), trained("round", 1, unroll)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  twice = zip(trained("update", 2, unroll), trained("round", 2, unroll))
+  assert any(not np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in twice)
 
 
 def test_policy_lag_metric():

@@ -670,3 +670,115 @@ def test_unknown_policy_loss_is_named():
       entropy_cost=0.0,
       policy_loss="ppo",
     )
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.95])
+def test_round_targets_are_held_over_the_round(lam):
+  """targets 'round': v_s and the unweighted advantages come from the
+  round's starting policy and values (NumPy V-trace with those rhos), and
+  each later update's loss uses them as they are, against its own values
+  and ratio pi_theta / mu."""
+  rng = np.random.default_rng(11)
+  num_steps, batch, num_actions = 6, 4, 3
+  gamma, value_cost, entropy_cost = 0.9, 0.5, 0.02
+  behaviour = rng.normal(size=[num_steps + 1, batch, num_actions])
+  start_logits = behaviour + 0.3 * rng.normal(size=behaviour.shape)
+  start_values = rng.normal(size=[num_steps + 1, batch])
+  logits = start_logits + 0.3 * rng.normal(size=behaviour.shape)
+  values = start_values + 0.5 * rng.normal(size=start_values.shape)
+  action = rng.integers(0, num_actions, size=[num_steps + 1, batch])
+  reward = rng.normal(size=[num_steps + 1, batch])
+  terminated, truncated = unroll_flags(
+    num_steps, batch, terminated_at=[(2, 1)], truncated_at=[(4, 2)]
+  )
+  bootstrap = np.where(truncated, rng.normal(size=values.shape), 0.0)
+  dist = distributions.Categorical(num_actions)
+  common = (
+    tf.constant(action, tf.int32),
+    tf.constant(behaviour, tf.float32),
+    tf.constant(reward, tf.float32),
+    tf.constant(terminated),
+    tf.constant(truncated),
+    tf.constant(bootstrap, tf.float32),
+  )
+  vs, adv = loss_lib.round_targets(
+    dist,
+    tf.constant(start_logits, tf.float32),
+    tf.constant(start_values, tf.float32),
+    *common,
+    discount=gamma,
+    trace_lambda=lam,
+  )
+
+  def picked(x):
+    return np.take_along_axis(np_log_softmax(x)[:-1], action[:-1, :, None], -1)[
+      ..., 0
+    ]
+
+  start_log_rhos = picked(start_logits) - picked(behaviour)
+  ref_vs, ref_adv = reference_from_flags(
+    start_log_rhos,
+    reward,
+    terminated,
+    truncated,
+    bootstrap,
+    start_values,
+    gamma,
+    lam=lam,
+  )
+  ref_adv = ref_adv / np.minimum(1.0, np.exp(start_log_rhos))  # unweighted
+  np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-6)
+
+  total, metrics = loss_lib.impala_loss(
+    dist,
+    tf.constant(logits, tf.float32),
+    tf.constant(values, tf.float32),
+    *common,
+    discount=gamma,
+    value_cost=value_cost,
+    entropy_cost=entropy_cost,
+    policy_loss="clip",
+    clip_ratio=EPS,
+    trace_lambda=lam,
+    fixed_targets=(vs, adv),
+  )
+  ratio = np.exp(picked(logits) - picked(behaviour))
+  policy = -np.mean(
+    np.minimum(ratio * ref_adv, np.clip(ratio, 1 - EPS, 1 + EPS) * ref_adv)
+  )
+  value = value_cost * 0.5 * np.mean((ref_vs - values[:-1]) ** 2)
+  log_pi = np_log_softmax(logits)[:-1]
+  entropy = np.mean(-(np.exp(log_pi) * log_pi).sum(-1))
+  np.testing.assert_allclose(metrics["loss/policy"], policy, rtol=1e-4)
+  np.testing.assert_allclose(metrics["loss/value"], value, rtol=1e-4)
+  np.testing.assert_allclose(
+    total, policy + value - entropy_cost * entropy, rtol=1e-4
+  )
+  # The update's own targets differ (its values and rhos moved): the fixed
+  # ones were used, not recomputed.
+  _, own = loss_lib.impala_loss(
+    dist,
+    tf.constant(logits, tf.float32),
+    tf.constant(values, tf.float32),
+    *common,
+    discount=gamma,
+    value_cost=value_cost,
+    entropy_cost=entropy_cost,
+    policy_loss="clip",
+    clip_ratio=EPS,
+    trace_lambda=lam,
+  )
+  assert abs(float(own["loss/value"]) - value) > 1e-3
+  with pytest.raises(ValueError, match="fixed_targets hold unweighted"):
+    loss_lib.impala_loss(
+      dist,
+      tf.constant(logits, tf.float32),
+      tf.constant(values, tf.float32),
+      *common,
+      discount=gamma,
+      value_cost=value_cost,
+      entropy_cost=entropy_cost,
+      policy_loss="pg",
+      fixed_targets=(vs, adv),
+    )
