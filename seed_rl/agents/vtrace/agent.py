@@ -313,6 +313,18 @@ class VtraceAgent(queue_fed.QueueAgent):
       + [self._state_spec(b)]
     )
 
+  def _target_settings(self) -> Dict[str, float]:
+    """The V-trace targets' settings, as round_targets and impala_loss take
+    them."""
+    cfg = self.config
+    return dict(
+      discount=cfg.discount,
+      clip_rho_threshold=cfg.clip_rho_threshold,
+      clip_c_threshold=cfg.clip_c_threshold,
+      clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+      trace_lambda=cfg.trace_lambda,
+    )
+
   def _make_round_fn(self):
     """Over a whole round's batch under the current weights (the train
     signature's [T+1, B] arrays, then the core state): the policy params
@@ -351,11 +363,7 @@ class VtraceAgent(queue_fed.QueueAgent):
         terminated,
         truncated,
         bootstrap_value,
-        discount=cfg.discount,
-        clip_rho_threshold=cfg.clip_rho_threshold,
-        clip_c_threshold=cfg.clip_c_threshold,
-        clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
-        trace_lambda=cfg.trace_lambda,
+        **self._target_settings(),
       )
       return tf.cast(params, tf.float32), vs, advantages
 
@@ -403,18 +411,14 @@ class VtraceAgent(queue_fed.QueueAgent):
           terminated,
           truncated,
           bootstrap_value,
-          discount=cfg.discount,
           value_cost=cfg.value_cost,
           entropy_cost=cfg.entropy_cost,
-          clip_rho_threshold=cfg.clip_rho_threshold,
-          clip_c_threshold=cfg.clip_c_threshold,
-          clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
           normalize_advantage=cfg.normalize_advantages,
           policy_loss=cfg.policy_loss,
           clip_ratio=cfg.clip_ratio,
-          trace_lambda=cfg.trace_lambda,
           proximal_params=proximal_params,
           fixed_targets=fixed_targets,
+          **self._target_settings(),
         )
       return tape.gradient(total, variables), metrics
 
