@@ -730,18 +730,22 @@ def test_round_targets_are_held_over_the_round(lam):
   np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-6)
 
-  total, metrics = loss_lib.impala_loss(
-    dist,
-    tf.constant(logits, tf.float32),
-    tf.constant(values, tf.float32),
-    *common,
-    discount=gamma,
-    value_cost=value_cost,
-    entropy_cost=entropy_cost,
-    policy_loss="clip",
-    clip_ratio=EPS,
-    trace_lambda=lam,
-    fixed_targets=(vs, adv),
+  def update_loss(**settings):
+    """impala_loss of the later update (its own logits and values)."""
+    return loss_lib.impala_loss(
+      dist,
+      tf.constant(logits, tf.float32),
+      tf.constant(values, tf.float32),
+      *common,
+      discount=gamma,
+      value_cost=value_cost,
+      entropy_cost=entropy_cost,
+      trace_lambda=lam,
+      **settings,
+    )
+
+  total, metrics = update_loss(
+    policy_loss="clip", clip_ratio=EPS, fixed_targets=(vs, adv)
   )
   ratio = np.exp(picked(logits) - picked(behaviour))
   policy = -np.mean(
@@ -757,28 +761,7 @@ def test_round_targets_are_held_over_the_round(lam):
   )
   # The update's own targets differ (its values and rhos moved): the fixed
   # ones were used, not recomputed.
-  _, own = loss_lib.impala_loss(
-    dist,
-    tf.constant(logits, tf.float32),
-    tf.constant(values, tf.float32),
-    *common,
-    discount=gamma,
-    value_cost=value_cost,
-    entropy_cost=entropy_cost,
-    policy_loss="clip",
-    clip_ratio=EPS,
-    trace_lambda=lam,
-  )
+  _, own = update_loss(policy_loss="clip", clip_ratio=EPS)
   assert abs(float(own["loss/value"]) - value) > 1e-3
   with pytest.raises(ValueError, match="fixed_targets hold unweighted"):
-    loss_lib.impala_loss(
-      dist,
-      tf.constant(logits, tf.float32),
-      tf.constant(values, tf.float32),
-      *common,
-      discount=gamma,
-      value_cost=value_cost,
-      entropy_cost=entropy_cost,
-      policy_loss="pg",
-      fixed_targets=(vs, adv),
-    )
+    update_loss(policy_loss="pg", fixed_targets=(vs, adv))
