@@ -48,11 +48,13 @@ def report(tmp_path_factory):
   )
 
 
-@pytest.mark.parametrize("case", ["mlp", "lstm"])
+@pytest.mark.parametrize("case", ["mlp", "lstm", "transition"])
 def test_two_devices_update_equals_one_device(report, case):
   """mlp: Adam with an active clip; lstm: RMSProp whose step scales with the
   gradient, 2 minibatches (a [T+1, 4] batch, 2 unrolls and their LSTM start
-  states per device); two updates each, so optimizer slots matter too."""
+  states per device); transition: minibatches of single steps with the
+  round's targets, standardised over the whole minibatch; two updates
+  each, so optimizer slots matter too."""
   r = report[case]
   assert r["steps"][0] == r["steps"][1] > 0
   assert r["copies"] == 2

@@ -144,6 +144,16 @@ def main():
     learning_rate=0.5,
     max_grad_norm=None,
   )
+  # Minibatches of single steps (20 of the round's 40, 10 per device), the
+  # advantages standardised over the whole minibatch.
+  out["transition"] = compare(
+    placement,
+    policy_loss="clip",
+    targets="round",
+    minibatch_unit="transition",
+    num_minibatches=2,
+    normalize_advantages=True,
+  )
   out["errors"] = errors(placement)
   harness.emit(out)
 

@@ -15,6 +15,7 @@ from seed_rl.agents import queue_fed
 from seed_rl.agents import rewards as rewards_lib
 from seed_rl.agents.vtrace import loss as loss_lib
 from seed_rl.agents.vtrace import networks
+from seed_rl.agents.vtrace import transitions
 from seed_rl.agents.vtrace.config import VtraceConfig
 from seed_rl.common import agent_api
 from seed_rl.common import devices
@@ -65,12 +66,14 @@ class VtraceAgent(queue_fed.QueueAgent):
     self._distribution = policy_distribution(action_spec)
     # The learner's devices (default: TF's one device, no strategy).
     self._placement = devices.current()
+    self._transitions = self.config.minibatch_unit == "transition"
     strategy = self._placement.strategy
     if strategy is not None:
+      per_update = "unroll_length * " if self._transitions else ""
       devices.shard_size(
-        self.config.batch_size // self.config.num_minibatches,
+        self._units_per_round() // self.config.num_minibatches,
         self._placement,
-        "VtraceConfig.batch_size / num_minibatches",
+        f"VtraceConfig.{per_update}batch_size / num_minibatches",
       )
     # Drawn from TF's global seed (learner_main's --seed), so acting stays
     # reproducible under tf.random.set_seed like stateful random ops.
@@ -91,13 +94,33 @@ class VtraceAgent(queue_fed.QueueAgent):
     self._core_state_shapes = [
       tuple(s.shape[1:]) for s in self._network.initial_state(1)
     ]
-    self._act_fn = self._make_act_fn()
-    self._train_fn = self._make_train_fn()
     self._proximal = self.config.surrogate_anchor == "proximal"
     self._round_targets = self.config.targets == "round"
+    self._act_fn = self._make_act_fn()
+    self._train_fn = (
+      self._compile(
+        transitions.signature(
+          self.config,
+          observation_spec,
+          action_spec,
+          self._distribution.num_params,
+        ),
+        transitions.loss_and_gradients_fn(
+          self.config, self._network, self._distribution
+        ),
+      )
+      if self._transitions
+      else self._make_train_fn()
+    )
     self._round_fn = (
       self._make_round_fn() if self._proximal or self._round_targets else None
     )
+
+  def _units_per_round(self) -> int:
+    """What a round's minibatches split: its unrolls, or its T*B steps."""
+    cfg = self.config
+    steps = cfg.unroll_length if self._transitions else 1
+    return steps * cfg.batch_size
 
   def _build_variables(self) -> None:
     """The network, the step counter and the optimizer (with its slots)."""
@@ -206,25 +229,33 @@ class VtraceAgent(queue_fed.QueueAgent):
       # The round's policy before its first update (the trust region's
       # anchor) and, with targets 'round', its V-trace targets and
       # advantages, held over the round's updates.
-      prox, vs, advantages = self._round_fn(*inputs, core_state)
-      if self._proximal:
-        inputs = inputs + (prox.numpy(),)
-      if self._round_targets:
-        inputs = inputs + (vs.numpy(), advantages.numpy())
-    minibatch = cfg.batch_size // cfg.num_minibatches
+      prox, vs, advantages, stacks = self._round_fn(*inputs, core_state)
+      if self._transitions:
+        inputs = transitions.flatten_round(
+          inputs, prox, vs, advantages, stacks, self._proximal
+        )
+      else:
+        if self._proximal:
+          inputs = inputs + (prox.numpy(),)
+        if self._round_targets:
+          inputs = inputs + (vs.numpy(), advantages.numpy())
+    units = self._units_per_round()
+    minibatch = units // cfg.num_minibatches
     sums: Dict[str, float] = {}
     updates = 0
     for _ in range(cfg.num_epochs):
       order = (
-        self._shuffle_rng.permutation(cfg.batch_size)
+        self._shuffle_rng.permutation(units)
         if cfg.num_minibatches > 1
-        else np.arange(cfg.batch_size)
+        else np.arange(units)
       )
       for m in range(cfg.num_minibatches):
         idx = order[m * minibatch : (m + 1) * minibatch]
         # The inputs' arrays, then the core state (a tuple of arrays).
         args: Tuple[Union[np.ndarray, Tuple[np.ndarray, ...]], ...]
-        if cfg.num_minibatches == 1:
+        if self._transitions:
+          args = tuple(tf.gather(x, idx)[None] for x in inputs)
+        elif cfg.num_minibatches == 1:
           args = inputs + (core_state,)
         else:
           args = tuple(x[:, idx] for x in inputs) + (
@@ -328,8 +359,9 @@ class VtraceAgent(queue_fed.QueueAgent):
   def _make_round_fn(self):
     """Over a whole round's batch under the current weights (the train
     signature's [T+1, B] arrays, then the core state): the policy params
-    [T+1, B, P], and the V-trace targets and advantages [T, B] with the
-    rhos of these weights against the behaviour policy."""
+    [T+1, B, P], the V-trace targets and advantages [T, B] with the rhos of
+    these weights against the behaviour policy, and the trained steps'
+    observations (stacks) [T, B, *obs_shape]."""
     cfg, obs_spec = self.config, self.observation_spec
     network, distribution = self._network, self._distribution
     signature = self._batch_signature(cfg.batch_size)
@@ -365,7 +397,7 @@ class VtraceAgent(queue_fed.QueueAgent):
         bootstrap_value,
         **self._target_settings(),
       )
-      return tf.cast(params, tf.float32), vs, advantages
+      return tf.cast(params, tf.float32), vs, advantages, observation[:-1]
 
     return round_fn
 
@@ -422,17 +454,22 @@ class VtraceAgent(queue_fed.QueueAgent):
         )
       return tape.gradient(total, variables), metrics
 
-    strategy = self._placement.strategy
-    compile_args = (
-      self._train_signature(),
+    return self._compile(self._train_signature(), loss_and_gradients)
+
+  def _compile(self, signature, loss_and_gradients):
+    """The training step of `loss_and_gradients` over `signature`'s arrays,
+    on the training devices when there are several."""
+    args = (
+      signature,
       loss_and_gradients,
-      network,
+      self._network,
       self._optimizer,
       self._step_counter,
     )
+    strategy = self._placement.strategy
     if strategy is not None:
-      return multi_device.compile_train_fn(strategy, *compile_args)
-    return learning.compile_train_fn(*compile_args)
+      return multi_device.compile_train_fn(strategy, *args)
+    return learning.compile_train_fn(*args)
 
 
 def create_agent(

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import gin
 import keras
 
-from seed_rl.agents.vtrace.loss import POLICY_LOSSES, TARGETS
+from seed_rl.agents.vtrace.loss import MINIBATCH_UNITS, POLICY_LOSSES, TARGETS
 from seed_rl.networks import mlp_torso
 from seed_rl.agents import config_checks as checks
 from seed_rl.common.optimizers import ADAM_EPSILON_FORMS
@@ -38,8 +38,11 @@ class VtraceConfig:
         the policy having moved since acting, like a small replay of recent
         unrolls).
       num_minibatches: each pass splits the round's unrolls into this many
-        minibatches of batch_size / num_minibatches unrolls, one learner step
-        (gradient update) each.
+        minibatches, one learner step (gradient update) each.
+      minibatch_unit: 'unroll' (minibatches of batch_size / num_minibatches
+        whole unrolls) or 'transition' (of unroll_length * batch_size /
+        num_minibatches steps drawn from all of the round's unrolls, as
+        PPO draws them; targets 'round', feed-forward only).
     Returns and targets:
       discount: gamma per agent step.
       reward_clipping: 'none', 'abs_one' or 'soft_asymmetric' (training
@@ -103,6 +106,7 @@ class VtraceConfig:
   batch_size: int = 16
   num_epochs: int = 1
   num_minibatches: int = 1
+  minibatch_unit: str = "unroll"
   # Returns and targets.
   discount: float = 0.99
   reward_clipping: str = "none"
@@ -148,11 +152,22 @@ class VtraceConfig:
       "lstm_units",
     )
     checks.queue_capacity(self)
-    if self.batch_size % self.num_minibatches:
+    checks.choice(self, "minibatch_unit", MINIBATCH_UNITS)
+    if (
+      self.minibatch_unit == "unroll" and self.batch_size % self.num_minibatches
+    ):
       checks.fail(
         self,
         f"batch_size ({self.batch_size}) must be a multiple "
         f"of num_minibatches ({self.num_minibatches})",
+      )
+    steps = self.unroll_length * self.batch_size
+    if self.minibatch_unit == "transition" and steps % self.num_minibatches:
+      checks.fail(
+        self,
+        f"unroll_length * batch_size ({steps}) must be a multiple of "
+        f"num_minibatches ({self.num_minibatches}) with minibatch_unit "
+        f"'transition'",
       )
     checks.positive(self, "learning_rate")
     checks.choice(self, "lr_schedule", checks.LR_SCHEDULES)
@@ -192,6 +207,16 @@ class VtraceConfig:
         f"targets 'round' holds the round's unweighted advantages, which "
         f"only policy_loss 'clip' takes; policy_loss is "
         f"{self.policy_loss!r} (use 'clip', or targets 'update')",
+      )
+    if self.minibatch_unit == "transition" and (
+      self.targets != "round" or self.use_lstm
+    ):
+      checks.fail(
+        self,
+        "minibatch_unit 'transition' draws single steps, which needs the "
+        "round's targets computed over whole unrolls (targets 'round', has "
+        f"{self.targets!r}) and no recurrent state (use_lstm False, has "
+        f"{self.use_lstm})",
       )
     if self.separate_value_torso is None:
       self.separate_value_torso = not self.use_lstm

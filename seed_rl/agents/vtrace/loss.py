@@ -17,7 +17,14 @@ from seed_rl.agents.advantages import normalize_advantages
 from seed_rl.agents.episode_ends import transition_inputs
 from seed_rl.agents.vtrace import vtrace
 
-__all__ = ["POLICY_LOSSES", "TARGETS", "impala_loss", "round_targets"]
+__all__ = [
+  "MINIBATCH_UNITS",
+  "POLICY_LOSSES",
+  "TARGETS",
+  "impala_loss",
+  "round_targets",
+  "transition_loss",
+]
 
 # 'pg': IMPALA's policy gradient, rho-weighted advantages times grad log pi.
 # 'clip': PPO's clipped surrogate (eq. 7) of the ratio pi_theta / mu on the
@@ -33,6 +40,12 @@ POLICY_LOSSES = ("pg", "clip")
 #   advantages and returns (needs policy_loss 'clip': the importance weights
 #   are those of the round's start).
 TARGETS = ("update", "round")
+
+# What a round's minibatches are drawn as: 'unroll', whole unrolls (each
+#   update computes its own V-trace recursion over them); 'transition',
+#   single steps from all of the round's unrolls, as PPO draws them (targets
+#   'round' only: the recursion has run once, over the whole round).
+MINIBATCH_UNITS = ("unroll", "transition")
 
 
 def round_targets(  # noqa: PLR0913 (the targets' inputs, by keyword)
@@ -192,12 +205,106 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
     trace_lambda=trace_lambda,
   )
 
+  return _loss_terms(
+    distribution,
+    params_t,
+    values,
+    action_t,
+    target_log_prob,
+    behaviour_log_prob,
+    vs,
+    pg_advantages,
+    value_cost=value_cost,
+    entropy_cost=entropy_cost,
+    clip_rho_threshold=clip_rho_threshold,
+    clip_pg_rho_threshold=clip_pg_rho_threshold,
+    normalize_advantage=normalize_advantage,
+    clipped=clipped,
+    clip_ratio=clip_ratio,
+    proximal_params=None if proximal_params is None else proximal_params[:-1],
+  )
+
+
+def transition_loss(  # noqa: PLR0913 (tensors and weights by keyword)
+  distribution,
+  policy_params: tf.Tensor,
+  values: tf.Tensor,
+  action: tf.Tensor,
+  behaviour_params: tf.Tensor,
+  vs: tf.Tensor,
+  advantages: tf.Tensor,
+  *,
+  value_cost: float,
+  entropy_cost: float,
+  clip_rho_threshold: float = 1.0,
+  clip_pg_rho_threshold: float = 1.0,
+  normalize_advantage: bool = False,
+  clip_ratio: float = 0.1,
+  proximal_params: Optional[tf.Tensor] = None,
+) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+  """impala_loss with policy_loss 'clip' and the round's fixed targets over
+  N transitions drawn from any steps of any unrolls (minibatch_unit
+  'transition'): the targets need whole unrolls, the loss on them does not.
+
+  Args:
+    policy_params: [N, P] current policy parameters; values: [N] current V.
+    action: [N, ...]; behaviour_params: [N, P] the policy that acted.
+    vs, advantages: [N] `round_targets`' v_s and unweighted advantages.
+    proximal_params: None or [N, P] the round's starting policy.
+    The weights as impala_loss's.
+  """
+  target_log_prob = distribution.log_prob(policy_params, action)
+  behaviour_log_prob = distribution.log_prob(
+    tf.cast(behaviour_params, policy_params.dtype), action
+  )
+  return _loss_terms(
+    distribution,
+    policy_params,
+    values,
+    action,
+    target_log_prob,
+    behaviour_log_prob,
+    vs,
+    advantages,
+    value_cost=value_cost,
+    entropy_cost=entropy_cost,
+    clip_rho_threshold=clip_rho_threshold,
+    clip_pg_rho_threshold=clip_pg_rho_threshold,
+    normalize_advantage=normalize_advantage,
+    clipped=True,
+    clip_ratio=clip_ratio,
+    proximal_params=proximal_params,
+  )
+
+
+def _loss_terms(  # noqa: PLR0913 (the loss terms' inputs, by keyword)
+  distribution,
+  params_t: tf.Tensor,
+  values: tf.Tensor,
+  action_t: tf.Tensor,
+  target_log_prob: tf.Tensor,
+  behaviour_log_prob: tf.Tensor,
+  vs: tf.Tensor,
+  pg_advantages: tf.Tensor,
+  *,
+  value_cost: float,
+  entropy_cost: float,
+  clip_rho_threshold: float,
+  clip_pg_rho_threshold: float,
+  normalize_advantage: bool,
+  clipped: bool,
+  clip_ratio: float,
+  proximal_params: Optional[tf.Tensor],
+) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+  """The policy, value and entropy terms and their metrics over steps of
+  any leading shape ([T, B] or [N]), given the targets."""
+  log_rhos = tf.stop_gradient(target_log_prob) - behaviour_log_prob
   raw_advantages = pg_advantages
   if normalize_advantage:
     pg_advantages = normalize_advantages(pg_advantages)
   if proximal_params is not None:
     proximal_log_prob = distribution.log_prob(
-      tf.cast(proximal_params[:-1], params_t.dtype), action_t
+      tf.cast(proximal_params, params_t.dtype), action_t
     )
     log_ratio = target_log_prob - tf.stop_gradient(proximal_log_prob)
     pg_loss = -tf.reduce_mean(

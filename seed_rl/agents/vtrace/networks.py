@@ -158,6 +158,17 @@ class ActorCriticNetwork(keras.layers.Layer):
     policy_params, baseline = self._heads(features, value_features)
     return policy_params, baseline, core_state
 
+  def feed_forward(self, observation) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Without an LSTM, steps taken singly: observation [N, *obs_shape] ->
+    policy params [N, P], baseline [N] (what `unroll` gives those steps)."""
+    if self.use_lstm:
+      raise ValueError(
+        "feed_forward: this network has an LSTM, whose steps need their "
+        "unroll's order and core state (use unroll)"
+      )
+    features, value_features = self._core_inputs(observation, None, None, None)
+    return self._heads(features, value_features)
+
   def unroll(
     self, observation, prev_action, reward, done, core_state: CoreState
   ) -> Tuple[tf.Tensor, tf.Tensor]:

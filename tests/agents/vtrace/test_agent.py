@@ -121,6 +121,29 @@ def test_config_validation_messages():
     VtraceConfig(policy_loss="clip", targets="epoch")
   with pytest.raises(ValueError, match="only policy_loss 'clip' takes"):
     VtraceConfig(policy_loss="pg", targets="round")
+  with pytest.raises(ValueError, match="minibatch_unit 'step' is unknown"):
+    VtraceConfig(minibatch_unit="step")
+  with pytest.raises(ValueError, match=r"targets 'round', has 'update'"):
+    VtraceConfig(policy_loss="clip", minibatch_unit="transition")
+  round_clip = dict(policy_loss="clip", targets="round")
+  with pytest.raises(ValueError, match=r"use_lstm False, has True"):
+    VtraceConfig(minibatch_unit="transition", use_lstm=True, **round_clip)
+  with pytest.raises(ValueError, match=r"\(60\) must be a multiple of .*7"):
+    VtraceConfig(
+      minibatch_unit="transition",
+      unroll_length=20,
+      batch_size=3,
+      num_minibatches=7,
+      **round_clip,
+    )
+  # 3 unrolls of 20 steps split into 4 minibatches of 15 steps.
+  VtraceConfig(
+    minibatch_unit="transition",
+    unroll_length=20,
+    batch_size=3,
+    num_minibatches=4,
+    **round_clip,
+  )
   assert VtraceConfig().separate_value_torso
   assert not VtraceConfig(use_lstm=True).separate_value_torso
 
@@ -216,41 +239,64 @@ def test_epochs_and_minibatches_reuse_each_round(policy_loss):
     small_config(batch_size=4, num_minibatches=3)
 
 
+def one_round_from(seed, **settings):
+  """A function (**config) -> the weights after training one round of 4
+  random unrolls (fixed by `seed`) from the same initial weights, with
+  policy_loss 'clip' and `settings`; checks the round's update count."""
+  start = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config()).network
+  start = start.get_weights()
+  probe = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config())
+  probe.network.set_weights(start)
+  unroll = make_unroll(probe, 4, np.random.default_rng(seed))
+
+  def trained(**config):
+    config = small_config(policy_loss="clip", **settings, **config)
+    agent = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, config)
+    agent.network.set_weights(start)
+    agent.add_unrolls(unroll)
+    metrics = agent.train_step()
+    updates = config.num_epochs * config.num_minibatches
+    assert int(agent.step_counter.numpy()) == updates
+    assert metrics["perf/samples_trained"] == 5 * 4 * config.num_epochs
+    assert np.isfinite(metrics["loss/total"])
+    return weights(agent)
+
+  return trained
+
+
+def same_weights(a, b):
+  return all(np.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(a, b))
+
+
 @pytest.mark.parametrize("anchor", ["behaviour", "proximal"])
 def test_round_targets_change_only_the_later_updates(anchor):
   """targets 'round' holds the first update's targets over the round: one
   update per round trains exactly as 'update' does; with two epochs the
   second pass differs (its own targets would have moved)."""
-  rng = np.random.default_rng(8)
+  trained = one_round_from(8, surrogate_anchor=anchor)
+  assert same_weights(trained(targets="update"), trained(targets="round"))
+  assert not same_weights(
+    trained(targets="update", num_epochs=2),
+    trained(targets="round", num_epochs=2),
+  )
 
-  def trained(targets, num_epochs, unroll):
-    agent = VtraceAgent(
-      OBS_SPEC,
-      ACTION_SPEC,
-      4,
-      small_config(
-        policy_loss="clip",
-        surrogate_anchor=anchor,
-        targets=targets,
-        num_epochs=num_epochs,
-      ),
-    )
-    agent.network.set_weights(start)
-    agent.add_unrolls(unroll)
-    metrics = agent.train_step()
-    assert int(agent.step_counter.numpy()) == num_epochs
-    assert np.isfinite(metrics["loss/total"])
-    return weights(agent)
 
-  start = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config()).network
-  start = start.get_weights()
-  probe = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, small_config())
-  probe.network.set_weights(start)
-  unroll = make_unroll(probe, 4, rng)
-  for a, b in zip(trained("update", 1, unroll), trained("round", 1, unroll)):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-  twice = zip(trained("update", 2, unroll), trained("round", 2, unroll))
-  assert any(not np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in twice)
+@pytest.mark.parametrize("anchor", ["behaviour", "proximal"])
+def test_transition_minibatches(anchor):
+  """minibatch_unit 'transition': one minibatch of all T*B steps trains
+  exactly as one of all unrolls (same steps, same round targets, a mean
+  over the same terms); split into minibatches, steps from every unroll
+  are drawn (the update differs from whole-unroll minibatches)."""
+  trained = one_round_from(
+    9, surrogate_anchor=anchor, targets="round", num_epochs=2
+  )
+  assert same_weights(
+    trained(minibatch_unit="unroll"), trained(minibatch_unit="transition")
+  )
+  assert not same_weights(
+    trained(minibatch_unit="unroll", num_minibatches=2),
+    trained(minibatch_unit="transition", num_minibatches=2),
+  )
 
 
 def test_policy_lag_metric():

@@ -765,3 +765,62 @@ def test_round_targets_are_held_over_the_round(lam):
   assert abs(float(own["loss/value"]) - value) > 1e-3
   with pytest.raises(ValueError, match="fixed_targets hold unweighted"):
     update_loss(policy_loss="pg", fixed_targets=(vs, adv))
+
+
+@pytest.mark.parametrize("proximal", [False, True])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_transition_loss_matches_numpy_reference(normalize, proximal):
+  """minibatch_unit 'transition': the clipped surrogate, value and entropy
+  terms over single steps with the round's v_s and advantages (PPO eq. 7;
+  with 'proximal' Hilton et al.'s decoupled surrogate weighted by
+  min(pi_prox / mu, 1)); advantages standardised over the minibatch."""
+  rng = np.random.default_rng(13)
+  n, num_actions, value_cost, entropy_cost = 24, 4, 0.5, 0.01
+  behaviour = rng.normal(size=[n, num_actions])
+  prox_logits = behaviour + 0.2 * rng.normal(size=behaviour.shape)
+  logits = prox_logits + 0.3 * rng.normal(size=behaviour.shape)
+  values, vs, adv = rng.normal(size=[3, n])
+  action = rng.integers(0, num_actions, size=[n])
+  total, metrics = loss_lib.transition_loss(
+    distributions.Categorical(num_actions),
+    tf.constant(logits, tf.float32),
+    tf.constant(values, tf.float32),
+    tf.constant(action, tf.int32),
+    tf.constant(behaviour, tf.float32),
+    tf.constant(vs, tf.float32),
+    tf.constant(adv, tf.float32),
+    value_cost=value_cost,
+    entropy_cost=entropy_cost,
+    normalize_advantage=normalize,
+    clip_ratio=EPS,
+    proximal_params=tf.constant(prox_logits, tf.float32) if proximal else None,
+  )
+
+  def picked(x):
+    return np.take_along_axis(np_log_softmax(x), action[:, None], -1)[:, 0]
+
+  a = (adv - adv.mean()) / (adv.std() + 1e-8) if normalize else adv
+  anchor = picked(prox_logits) if proximal else picked(behaviour)
+  ratio = np.exp(picked(logits) - anchor)
+  weight = np.minimum(np.exp(anchor - picked(behaviour)), 1.0)
+  policy = -np.mean(
+    weight * np.minimum(ratio * a, np.clip(ratio, 1 - EPS, 1 + EPS) * a)
+  )
+  value = value_cost * 0.5 * np.mean((vs - values) ** 2)
+  log_pi = np_log_softmax(logits)
+  entropy = np.mean(-(np.exp(log_pi) * log_pi).sum(-1))
+  np.testing.assert_allclose(metrics["loss/policy"], policy, rtol=1e-4)
+  np.testing.assert_allclose(metrics["loss/value"], value, rtol=1e-4)
+  np.testing.assert_allclose(metrics["policy/entropy"], entropy, rtol=1e-4)
+  np.testing.assert_allclose(
+    total, policy + value - entropy_cost * entropy, rtol=1e-4
+  )
+  np.testing.assert_allclose(
+    metrics["policy/clip_fraction"], np.mean(np.abs(ratio - 1) > EPS)
+  )
+  np.testing.assert_allclose(metrics["advantage/std"], adv.std(), rtol=1e-4)
+  np.testing.assert_allclose(
+    metrics["vtrace/rho_mean"],
+    np.mean(np.exp(picked(logits) - picked(behaviour))),
+    rtol=1e-4,
+  )
