@@ -456,3 +456,12 @@ def test_frame_push_times_every_layout_per_env(capsys):
     row["us_per_env"]
   )
   assert all(us > 0 for us in row["us_per_env"].values())
+
+
+def test_grpc_aio_floor_counts_messages_and_server_cpu(capsys):
+  bench = _benchmark_module("grpc_aio_floor")
+  assert bench.main(["--streams", "2", "--seconds", "1", "--warmup", "1"]) == 0
+  row = json.loads(capsys.readouterr().out)
+  assert row["streams"] == 2 and row["envs_per_message"] == 32
+  assert row["message_bytes"] > 32 * 84 * 84
+  assert row["messages_per_s"] > 0 and row["server_cpu_us_per_message"] > 0
