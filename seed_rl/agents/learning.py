@@ -249,6 +249,32 @@ def clipped_surrogate(
   return tf.minimum(ratio * advantages, clipped * advantages)
 
 
+def value_loss(
+  values: tf.Tensor,
+  returns: tf.Tensor,
+  old_values: Optional[tf.Tensor] = None,
+  value_clip: Optional[float] = None,
+) -> tf.Tensor:
+  """Per-sample value loss [N] (0.5 (V - G)^2); with value_clip the larger
+  of that and 0.5 (V_old + clip(V - V_old, +-value_clip) - G)^2, PPO's
+  clipped form (Baselines' ppo2), which needs old_values (V before the
+  update)."""
+  returns = tf.stop_gradient(returns)
+  loss = tf.square(values - returns)
+  if value_clip is not None:
+    if old_values is None:
+      raise ValueError(
+        "value_loss: value_clip needs old_values, the value "
+        "predictions before this update"
+      )
+    old_values = tf.stop_gradient(old_values)
+    clipped = old_values + tf.clip_by_value(
+      values - old_values, -value_clip, value_clip
+    )
+    loss = tf.maximum(loss, tf.square(clipped - returns))
+  return 0.5 * loss
+
+
 def decoupled_clipped_surrogate(
   log_prob: tf.Tensor,
   proximal_log_prob: tf.Tensor,

@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from seed_rl.agents import learning
 from seed_rl.agents.advantages import normalize_advantages
+from seed_rl.agents.learning import value_loss
 
 __all__ = ["kl_penalty_surrogate", "ppo_loss", "value_loss"]
 
@@ -53,29 +54,6 @@ def kl_penalty_surrogate(
     excess = tf.nn.relu(kl - cutoff_factor * kl_target)
     objective -= cutoff_coef * tf.square(excess)
   return objective
-
-
-def value_loss(
-  values: tf.Tensor,
-  returns: tf.Tensor,
-  old_values: Optional[tf.Tensor] = None,
-  value_clip: Optional[float] = None,
-) -> tf.Tensor:
-  """Per-sample value loss [N]; clipping needs old_values (V before update)."""
-  returns = tf.stop_gradient(returns)
-  loss = tf.square(values - returns)
-  if value_clip is not None:
-    if old_values is None:
-      raise ValueError(
-        "value_loss: value_clip needs old_values, the value "
-        "predictions before this update"
-      )
-    old_values = tf.stop_gradient(old_values)
-    clipped = old_values + tf.clip_by_value(
-      values - old_values, -value_clip, value_clip
-    )
-    loss = tf.maximum(loss, tf.square(clipped - returns))
-  return 0.5 * loss
 
 
 def adapt_kl_coef(

@@ -229,10 +229,16 @@ class VtraceAgent(queue_fed.QueueAgent):
       # The round's policy before its first update (the trust region's
       # anchor) and, with targets 'round', its V-trace targets and
       # advantages, held over the round's updates.
-      prox, vs, advantages, stacks = self._round_fn(*inputs, core_state)
+      prox, vs, advantages, stacks, values = self._round_fn(*inputs, core_state)
       if self._transitions:
         inputs = transitions.flatten_round(
-          inputs, prox, vs, advantages, stacks, self._proximal
+          inputs,
+          prox,
+          vs,
+          advantages,
+          stacks,
+          self._proximal,
+          values if cfg.value_clip else None,
         )
       else:
         if self._proximal:
@@ -360,8 +366,8 @@ class VtraceAgent(queue_fed.QueueAgent):
     """Over a whole round's batch under the current weights (the train
     signature's [T+1, B] arrays, then the core state): the policy params
     [T+1, B, P], the V-trace targets and advantages [T, B] with the rhos of
-    these weights against the behaviour policy, and the trained steps'
-    observations (stacks) [T, B, *obs_shape]."""
+    these weights against the behaviour policy, the trained steps'
+    observations (stacks) [T, B, *obs_shape] and their values [T, B]."""
     cfg, obs_spec = self.config, self.observation_spec
     network, distribution = self._network, self._distribution
     signature = self._batch_signature(cfg.batch_size)
@@ -397,7 +403,13 @@ class VtraceAgent(queue_fed.QueueAgent):
         bootstrap_value,
         **self._target_settings(),
       )
-      return tf.cast(params, tf.float32), vs, advantages, observation[:-1]
+      return (
+        tf.cast(params, tf.float32),
+        vs,
+        advantages,
+        observation[:-1],
+        tf.cast(baseline[:-1], tf.float32),
+      )
 
     return round_fn
 

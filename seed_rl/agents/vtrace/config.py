@@ -57,6 +57,9 @@ class VtraceConfig:
         policy_loss 'clip' only).
     Loss weights and clipping:
       entropy_cost: weight of the entropy bonus.
+      value_clip: None, or PPO's clip of each value's change from the
+        round's start (the larger of the plain and the clipped squared
+        error; minibatch_unit 'transition' only).
       value_cost: weight of the value loss 0.5 * mean (v_s - V(x_s))^2, the
         squared error to the V-trace targets v_s (IMPALA's baseline cost).
       clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: V-trace's
@@ -115,6 +118,7 @@ class VtraceConfig:
   # Loss weights and clipping.
   entropy_cost: float = 0.001
   value_cost: float = 0.5
+  value_clip: Optional[float] = None
   clip_rho_threshold: float = 1.0
   clip_c_threshold: float = 1.0
   clip_pg_rho_threshold: float = 1.0
@@ -217,6 +221,15 @@ class VtraceConfig:
         "round's targets computed over whole unrolls (targets 'round', has "
         f"{self.targets!r}) and no recurrent state (use_lstm False, has "
         f"{self.use_lstm})",
+      )
+    if self.value_clip is not None and (
+      not self.value_clip > 0 or self.minibatch_unit != "transition"
+    ):
+      checks.fail(
+        self,
+        f"value_clip {self.value_clip} clips the value's change from the "
+        f"round's start: it must be > 0 and needs minibatch_unit "
+        f"'transition' (has {self.minibatch_unit!r}); None turns it off",
       )
     if self.separate_value_torso is None:
       self.separate_value_torso = not self.use_lstm

@@ -241,6 +241,8 @@ def transition_loss(  # noqa: PLR0913 (tensors and weights by keyword)
   normalize_advantage: bool = False,
   clip_ratio: float = 0.1,
   proximal_params: Optional[tf.Tensor] = None,
+  old_values: Optional[tf.Tensor] = None,
+  value_clip: Optional[float] = None,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """impala_loss with policy_loss 'clip' and the round's fixed targets over
   N transitions drawn from any steps of any unrolls (minibatch_unit
@@ -251,6 +253,9 @@ def transition_loss(  # noqa: PLR0913 (tensors and weights by keyword)
     action: [N, ...]; behaviour_params: [N, P] the policy that acted.
     vs, advantages: [N] `round_targets`' v_s and unweighted advantages.
     proximal_params: None or [N, P] the round's starting policy.
+    old_values: [N] the round's starting values, with value_clip.
+    value_clip: None, or PPO's clip of the value change from old_values
+      (learning.value_loss).
     The weights as impala_loss's.
   """
   target_log_prob = distribution.log_prob(policy_params, action)
@@ -274,6 +279,8 @@ def transition_loss(  # noqa: PLR0913 (tensors and weights by keyword)
     clipped=True,
     clip_ratio=clip_ratio,
     proximal_params=proximal_params,
+    old_values=old_values,
+    value_clip=value_clip,
   )
 
 
@@ -295,6 +302,8 @@ def _loss_terms(  # noqa: PLR0913 (the loss terms' inputs, by keyword)
   clipped: bool,
   clip_ratio: float,
   proximal_params: Optional[tf.Tensor],
+  old_values: Optional[tf.Tensor] = None,
+  value_clip: Optional[float] = None,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """The policy, value and entropy terms and their metrics over steps of
   any leading shape ([T, B] or [N]), given the targets."""
@@ -324,7 +333,9 @@ def _loss_terms(  # noqa: PLR0913 (the loss terms' inputs, by keyword)
     )
   else:
     pg_loss = -tf.reduce_mean(target_log_prob * pg_advantages)
-  value_loss = value_cost * 0.5 * tf.reduce_mean(tf.square(vs - values))
+  value_loss = value_cost * tf.reduce_mean(
+    learning.value_loss(values, vs, old_values, value_clip)
+  )
   entropy = tf.reduce_mean(distribution.entropy(params_t))
   total, metrics = learning.actor_critic_total(
     pg_loss, value_loss, entropy, entropy_cost

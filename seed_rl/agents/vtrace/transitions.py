@@ -11,7 +11,7 @@ needs its unroll's order and core state.
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -27,6 +27,7 @@ def flatten_round(
   advantages: tf.Tensor,
   stacks: tf.Tensor,
   proximal: bool,
+  old_values: Optional[tf.Tensor] = None,
 ) -> Tuple[tf.Tensor, ...]:
   """The round's T*B trained steps, flat [N, ...], in `signature`'s order.
 
@@ -37,6 +38,8 @@ def flatten_round(
     vs, advantages: the round's targets [T, B].
     stacks: the trained steps' observations [T, B, *obs_shape].
     proximal: append the proximal params (surrogate_anchor 'proximal').
+    old_values: None, or the round's starting values [T, B], appended
+      last (value_clip).
 
   Tensors throughout, so a training device keeps what it computed.
   """
@@ -47,7 +50,9 @@ def flatten_round(
 
   action, behaviour = inputs[2][:-1], inputs[7][:-1]
   arrays = [stacks, action, behaviour, vs, advantages]
-  return tuple(flat(x) for x in arrays + ([prox[:-1]] if proximal else []))
+  arrays += [prox[:-1]] if proximal else []
+  arrays += [old_values] if old_values is not None else []
+  return tuple(flat(x) for x in arrays)
 
 
 def signature(
@@ -60,11 +65,12 @@ def signature(
   array with a leading axis of 1 (training devices split axis 1): stacks
   [1, n, *obs_shape], action [1, n, ...], behaviour params [1, n, P], v_s
   and advantages [1, n], then with surrogate_anchor 'proximal' the round's
-  starting params [1, n, P]."""
+  starting params [1, n, P], then with value_clip its starting values
+  [1, n]."""
   n = config.unroll_length * config.batch_size // config.num_minibatches
   params = tf.TensorSpec([1, n, num_params], tf.float32)
   proximal = config.surrogate_anchor == "proximal"
-  return [
+  arrays = [
     tf.TensorSpec(
       (1, n) + tuple(observation_spec.shape), observation_spec.dtype
     ),
@@ -73,6 +79,8 @@ def signature(
     tf.TensorSpec([1, n], tf.float32),
     tf.TensorSpec([1, n], tf.float32),
   ] + ([params] if proximal else [])
+  value_clip = [tf.TensorSpec([1, n], tf.float32)] if config.value_clip else []
+  return arrays + value_clip
 
 
 def loss_and_gradients_fn(config: VtraceConfig, network, distribution):
@@ -80,7 +88,8 @@ def loss_and_gradients_fn(config: VtraceConfig, network, distribution):
   network's trainable variables, metrics)."""
 
   def loss_and_gradients(*arrays):
-    observation, action, behaviour, vs, adv, *prox = [x[0] for x in arrays]
+    observation, action, behaviour, vs, adv, *rest = [x[0] for x in arrays]
+    old_values = rest.pop() if config.value_clip else None
     with tf.GradientTape() as tape:
       params, baseline = network.feed_forward(observation)
       total, metrics = loss_lib.transition_loss(
@@ -97,7 +106,9 @@ def loss_and_gradients_fn(config: VtraceConfig, network, distribution):
         clip_pg_rho_threshold=config.clip_pg_rho_threshold,
         normalize_advantage=config.normalize_advantages,
         clip_ratio=config.clip_ratio,
-        proximal_params=prox[0] if prox else None,
+        proximal_params=rest[0] if rest else None,
+        old_values=old_values,
+        value_clip=config.value_clip,
       )
     return tape.gradient(total, network.trainable_variables), metrics
 

@@ -136,6 +136,10 @@ def test_config_validation_messages():
       num_minibatches=7,
       **round_clip,
     )
+  with pytest.raises(ValueError, match=r"needs minibatch_unit 'transition'"):
+    VtraceConfig(value_clip=0.1, **round_clip)
+  with pytest.raises(ValueError, match=r"value_clip 0.0 clips .* must be > 0"):
+    VtraceConfig(value_clip=0.0, minibatch_unit="transition", **round_clip)
   # 3 unrolls of 20 steps split into 4 minibatches of 15 steps.
   VtraceConfig(
     minibatch_unit="transition",
@@ -297,6 +301,21 @@ def test_transition_minibatches(anchor):
     trained(minibatch_unit="unroll", num_minibatches=2),
     trained(minibatch_unit="transition", num_minibatches=2),
   )
+
+
+def test_value_clip_holds_values_near_the_round_start():
+  """value_clip: a clip far wider than any value change trains as none;
+  a tight one changes the later updates (the values moved past it). One
+  minibatch per epoch: no shuffled order differs between the agents."""
+  trained = one_round_from(
+    10,
+    targets="round",
+    minibatch_unit="transition",
+    num_epochs=3,
+    learning_rate=0.05,
+  )
+  assert same_weights(trained(), trained(value_clip=1e6))
+  assert not same_weights(trained(), trained(value_clip=1e-3))
 
 
 def test_policy_lag_metric():

@@ -767,15 +767,20 @@ def test_round_targets_are_held_over_the_round(lam):
     update_loss(policy_loss="pg", fixed_targets=(vs, adv))
 
 
+@pytest.mark.parametrize("value_clip", [None, 0.2])
 @pytest.mark.parametrize("proximal", [False, True])
 @pytest.mark.parametrize("normalize", [False, True])
-def test_transition_loss_matches_numpy_reference(normalize, proximal):
+def test_transition_loss_matches_numpy_reference(
+  normalize, proximal, value_clip
+):
   """minibatch_unit 'transition': the clipped surrogate, value and entropy
   terms over single steps with the round's v_s and advantages (PPO eq. 7;
   with 'proximal' Hilton et al.'s decoupled surrogate weighted by
-  min(pi_prox / mu, 1)); advantages standardised over the minibatch."""
+  min(pi_prox / mu, 1)); advantages standardised over the minibatch; with
+  value_clip PPO's clipped value error against the round's start values."""
   rng = np.random.default_rng(13)
   n, num_actions, value_cost, entropy_cost = 24, 4, 0.5, 0.01
+  old_values = rng.normal(size=[n])
   behaviour = rng.normal(size=[n, num_actions])
   prox_logits = behaviour + 0.2 * rng.normal(size=behaviour.shape)
   logits = prox_logits + 0.3 * rng.normal(size=behaviour.shape)
@@ -794,6 +799,8 @@ def test_transition_loss_matches_numpy_reference(normalize, proximal):
     normalize_advantage=normalize,
     clip_ratio=EPS,
     proximal_params=tf.constant(prox_logits, tf.float32) if proximal else None,
+    old_values=tf.constant(old_values, tf.float32),
+    value_clip=value_clip,
   )
 
   def picked(x):
@@ -806,7 +813,12 @@ def test_transition_loss_matches_numpy_reference(normalize, proximal):
   policy = -np.mean(
     weight * np.minimum(ratio * a, np.clip(ratio, 1 - EPS, 1 + EPS) * a)
   )
-  value = value_cost * 0.5 * np.mean((vs - values) ** 2)
+  error = (vs - values) ** 2
+  if value_clip is not None:  # PPO2's: the larger of plain and clipped
+    moved = old_values + np.clip(values - old_values, -value_clip, value_clip)
+    assert np.sum((moved - vs) ** 2 > error) >= 3  # the clip binds somewhere
+    error = np.maximum(error, (moved - vs) ** 2)
+  value = value_cost * 0.5 * np.mean(error)
   log_pi = np_log_softmax(logits)
   entropy = np.mean(-(np.exp(log_pi) * log_pi).sum(-1))
   np.testing.assert_allclose(metrics["loss/policy"], policy, rtol=1e-4)
