@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -350,7 +350,7 @@ class VtraceAgent(queue_fed.QueueAgent):
       + [self._state_spec(b)]
     )
 
-  def _target_settings(self) -> Dict[str, float]:
+  def _target_settings(self) -> Dict[str, Any]:
     """The V-trace targets' settings, as round_targets and impala_loss take
     them."""
     cfg = self.config
@@ -360,6 +360,7 @@ class VtraceAgent(queue_fed.QueueAgent):
       clip_c_threshold=cfg.clip_c_threshold,
       clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
       trace_lambda=cfg.trace_lambda,
+      advantage=cfg.advantage,
     )
 
   def _make_round_fn(self):

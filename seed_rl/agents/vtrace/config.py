@@ -9,6 +9,7 @@ import gin
 import keras
 
 from seed_rl.agents.vtrace.loss import MINIBATCH_UNITS, POLICY_LOSSES, TARGETS
+from seed_rl.agents.vtrace.vtrace import ADVANTAGES
 from seed_rl.networks import mlp_torso
 from seed_rl.agents import config_checks as checks
 from seed_rl.common.optimizers import ADAM_EPSILON_FORMS
@@ -50,6 +51,9 @@ class VtraceConfig:
       trace_lambda: lambda in [0, 1] of the trace coefficients
         c_i = lambda min(c_bar, pi/mu) (SEED RL's lambda_; 1 is eq. (1) of
         the paper, lower values shorten the trace like GAE's lambda).
+      advantage: the policy-gradient advantage: 'vtrace' (the paper's
+        r_s + gamma v_{s+1} - V(x_s)) or 'lambda' (v_s - V(x_s), which
+        on-policy is GAE(lambda)'s, as PPO's; policy_loss 'clip' only).
       targets: 'update' (V-trace targets and advantages from each update's
         own forward pass, as IMPALA) or 'round' (computed once with the
         weights at the start of each round and held over its epochs and
@@ -114,6 +118,7 @@ class VtraceConfig:
   discount: float = 0.99
   reward_clipping: str = "none"
   trace_lambda: float = 1.0
+  advantage: str = "vtrace"
   targets: str = "update"
   # Loss weights and clipping.
   entropy_cost: float = 0.001
@@ -205,6 +210,14 @@ class VtraceConfig:
       checks.fail(self, f"clip_ratio must be in (0, 1), got {self.clip_ratio}")
     checks.surrogate_anchor(self, "policy_loss")
     checks.choice(self, "targets", TARGETS)
+    checks.choice(self, "advantage", ADVANTAGES)
+    if self.advantage == "lambda" and self.policy_loss != "clip":
+      checks.fail(
+        self,
+        f"advantage 'lambda' (v_s - V(x_s)) is for the clipped surrogate, "
+        f"which carries pi/mu itself; policy_loss is {self.policy_loss!r} "
+        f"(use 'clip', or advantage 'vtrace')",
+      )
     if self.targets == "round" and self.policy_loss != "clip":
       checks.fail(
         self,

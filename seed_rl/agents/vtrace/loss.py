@@ -64,12 +64,13 @@ def round_targets(  # noqa: PLR0913 (the targets' inputs, by keyword)
   clip_c_threshold: float = 1.0,
   clip_pg_rho_threshold: float = 1.0,
   trace_lambda: float = 1.0,
+  advantage: str = "vtrace",
 ) -> Tuple[tf.Tensor, tf.Tensor]:
   """V-trace targets v_s and the unweighted advantages r_s + gamma v_{s+1}
-  - V(x_s), both [T, B], of one round's unrolls under the given (round
-  start) policy and values: impala_loss's targets with policy_loss 'clip',
-  to hold fixed over the round (targets 'round'). Same inputs as
-  impala_loss."""
+  - V(x_s) (or with advantage 'lambda' v_s - V(x_s)), both [T, B], of one
+  round's unrolls under the given (round start) policy and values:
+  impala_loss's targets with policy_loss 'clip', to hold fixed over the
+  round (targets 'round'). Same inputs as impala_loss."""
   action_t = action[:-1]
   log_rhos = distribution.log_prob(policy_params[:-1], action_t) - (
     distribution.log_prob(
@@ -91,6 +92,7 @@ def round_targets(  # noqa: PLR0913 (the targets' inputs, by keyword)
     clip_pg_rho_threshold=clip_pg_rho_threshold,
     weight_pg_advantages=False,
     trace_lambda=trace_lambda,
+    advantage=advantage,
   )
 
 
@@ -115,6 +117,7 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
   policy_loss: str = "pg",
   clip_ratio: float = 0.1,
   trace_lambda: float = 1.0,
+  advantage: str = "vtrace",
   proximal_params: Optional[tf.Tensor] = None,
   fixed_targets: Optional[Tuple[tf.Tensor, tf.Tensor]] = None,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
@@ -148,6 +151,8 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
     clip_ratio: eps of 'clip'.
     trace_lambda: lambda of the trace coefficients c_i = lambda min(c_bar,
       rho_i) (1: the paper's V-trace).
+    advantage: 'vtrace' (A_s above) or 'lambda' (A_s = v_s - V(x_s),
+      on-policy GAE(lambda); policy_loss 'clip' only).
     proximal_params: None, or [T+1, B, P] the policy's parameters at the
       start of the round: 'clip' is then the decoupled surrogate
       (learning.decoupled_clipped_surrogate) of r_s = pi_theta / pi_prox,
@@ -203,6 +208,7 @@ def impala_loss(  # noqa: PLR0913 (tensors and weights by keyword, as the equati
     clip_pg_rho_threshold=clip_pg_rho_threshold,
     weight_pg_advantages=not clipped,
     trace_lambda=trace_lambda,
+    advantage=advantage,
   )
 
   return _loss_terms(

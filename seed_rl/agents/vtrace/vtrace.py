@@ -42,6 +42,12 @@ import tensorflow as tf
 
 from seed_rl.common.agent_api import check_time_major
 
+# Policy-gradient advantages: 'vtrace', the paper's r_t + gamma v_{t+1} -
+# V(x_t); 'lambda', v_t - V(x_t), which on-policy is GAE(lambda)'s
+# (r_t + gamma v_{t+1} - V(x_t) adds gamma (1 - lambda) times the next
+# step's GAE to it), for PPO's clipped surrogate.
+ADVANTAGES = ("vtrace", "lambda")
+
 
 def vtrace_targets(  # noqa: PLR0913 (the paper's inputs and clips, by name)
   log_rhos: tf.Tensor,
@@ -55,6 +61,7 @@ def vtrace_targets(  # noqa: PLR0913 (the paper's inputs and clips, by name)
   clip_pg_rho_threshold: float = 1.0,
   weight_pg_advantages: bool = True,
   trace_lambda: float = 1.0,
+  advantage: str = "vtrace",
 ) -> Tuple[tf.Tensor, tf.Tensor]:
   """Computes V-trace value targets and policy-gradient advantages.
 
@@ -74,14 +81,25 @@ def vtrace_targets(  # noqa: PLR0913 (the paper's inputs and clips, by name)
       that carries the ratio pi/mu itself (PPO's clipped surrogate).
     trace_lambda: lambda in [0, 1] of c_i = lambda min(c_bar, pi/mu); 1 is
       the paper's V-trace, 0 the one-step target V + rho_s delta_s.
+    advantage: 'vtrace' (the paper's r_t + discounts_t v'_{t+1} - V(x_t)) or
+      'lambda' (v_t - V(x_t); on-policy GAE(lambda), Schulman et al. 2016,
+      as PPO's; with weight_pg_advantages False only).
 
   Returns:
     vs: [T, B] V-trace value targets v_t.
     pg_advantages: [T, B] clipped_pg_rho_t (r_t + discounts_t v'_{t+1}
-      - V(x_t)).
+      - V(x_t)), or with advantage 'lambda' v_t - V(x_t).
     Both carry no gradient.
   """
   _check_thresholds(clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold)
+  if advantage not in ADVANTAGES or (
+    advantage == "lambda" and weight_pg_advantages
+  ):
+    raise ValueError(
+      f"vtrace_targets: advantage {advantage!r} is not allowed here; "
+      f"allowed: 'vtrace', or 'lambda' with weight_pg_advantages False "
+      f"(has {weight_pg_advantages})"
+    )
   if not 0.0 <= trace_lambda <= 1.0:
     raise ValueError(
       f"vtrace_targets: trace_lambda must be in [0, 1], got {trace_lambda}"
@@ -117,6 +135,8 @@ def vtrace_targets(  # noqa: PLR0913 (the paper's inputs and clips, by name)
     reverse=True,
   )
   vs = values + acc
+  if advantage == "lambda":
+    return tf.stop_gradient(vs), tf.stop_gradient(acc)
 
   acc_tp1 = tf.concat([acc[1:], tf.zeros_like(acc[:1])], axis=0)
   vs_tp1 = next_values + trace_mask * acc_tp1

@@ -138,6 +138,10 @@ def test_config_validation_messages():
     )
   with pytest.raises(ValueError, match=r"needs minibatch_unit 'transition'"):
     VtraceConfig(value_clip=0.1, **round_clip)
+  with pytest.raises(ValueError, match="advantage 'q' is unknown; allowed"):
+    VtraceConfig(advantage="q", **round_clip)
+  with pytest.raises(ValueError, match=r"policy_loss is 'pg' \(use 'clip'"):
+    VtraceConfig(advantage="lambda")
   with pytest.raises(ValueError, match=r"value_clip 0.0 clips .* must be > 0"):
     VtraceConfig(value_clip=0.0, minibatch_unit="transition", **round_clip)
   # 3 unrolls of 20 steps split into 4 minibatches of 15 steps.
@@ -316,6 +320,78 @@ def test_value_clip_holds_values_near_the_round_start():
   )
   assert same_weights(trained(), trained(value_clip=1e6))
   assert not same_weights(trained(), trained(value_clip=1e-3))
+
+
+@pytest.mark.parametrize("num_epochs", [1, 2])
+def test_on_policy_round_in_ppo_layout_trains_as_ppo(num_epochs):
+  """Targets 'round', steps drawn as PPO draws them and advantage 'lambda':
+  on data the starting policy acted on (every importance weight 1, so
+  v_s is the lambda-return and v_s - V(x_s) GAE), one round trains
+  exactly as PPOAgent's with the same network, weights and settings (one
+  minibatch per epoch, so no shuffled order differs). With the paper's
+  advantage the update differs."""
+  from seed_rl.agents.ppo.agent import LOG_PROB, PPOAgent
+  from seed_rl.agents.ppo.config import PPOConfig
+
+  common = dict(
+    unroll_length=5,
+    batch_size=4,
+    num_epochs=num_epochs,
+    num_minibatches=1,
+    lr_schedule="constant",
+    learning_rate=1e-2,
+    discount=0.9,
+    entropy_cost=0.01,
+    value_cost=0.5,
+    clip_ratio=0.1,
+    max_grad_norm=0.5,
+    optimizer_epsilon_form="paper",
+  )
+  ppo = PPOAgent(
+    OBS_SPEC,
+    ACTION_SPEC,
+    4,
+    PPOConfig(gae_lambda=0.8, value_clip=None, shared_torso=True, **common),
+  )
+
+  def vtrace_agent(advantage):
+    config = VtraceConfig(
+      policy_loss="clip",
+      targets="round",
+      minibatch_unit="transition",
+      advantage=advantage,
+      normalize_advantages=True,
+      trace_lambda=0.8,
+      separate_value_torso=False,
+      queue_capacity=8,
+      **common,
+    )
+    agent = VtraceAgent(OBS_SPEC, ACTION_SPEC, 4, config)
+    assert [v.shape for v in agent.network.trainable_variables] == [
+      v.shape for v in ppo.network.trainable_variables
+    ]
+    agent.network.set_weights(ppo.network.get_weights())
+    return agent
+
+  rng = np.random.default_rng(13)
+  unroll = make_unroll(vtrace_agent("lambda"), 4, rng)
+  unroll.reward[:] = rng.normal(size=unroll.reward.shape)
+  logits = unroll.extras["logits"].astype(np.float64)
+  log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  unroll.extras[LOG_PROB] = np.take_along_axis(
+    log_softmax, unroll.action[..., None], -1
+  )[..., 0].astype(np.float32)
+  trained = {}
+  for name, agent in [
+    ("ppo", ppo),
+    ("lambda", vtrace_agent("lambda")),
+    ("vtrace", vtrace_agent("vtrace")),
+  ]:
+    agent.add_unrolls(unroll)
+    agent.train_step()
+    trained[name] = weights(agent)
+  assert same_weights(trained["ppo"], trained["lambda"])
+  assert not same_weights(trained["ppo"], trained["vtrace"])
 
 
 def test_policy_lag_metric():

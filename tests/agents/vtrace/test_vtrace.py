@@ -457,12 +457,66 @@ def test_on_policy_lambda_reduces_to_lambda_returns(lam):
     )
 
 
+@pytest.mark.parametrize("lam", [1.0, 0.8])
+def test_lambda_advantage_off_policy_is_vs_minus_values(lam):
+  """advantage 'lambda' is v_s - V(x_s) of eq. (1) (the explicit sum), with
+  clipped importance weights and episode ends inside the unroll."""
+  rng = np.random.default_rng(11)
+  inputs = random_boundary_inputs(rng, num_steps=9, batch=6)
+  terminated = rng.random([9, 6]) < 0.2
+  inputs["discounts"] = 0.95 * (1.0 - terminated)
+  inputs["trace_mask"] = 1.0 - terminated
+  _, adv = run_vtrace(
+    inputs, trace_lambda=lam, advantage="lambda", weight_pg_advantages=False
+  )
+  ref_vs, _ = reference_vtrace(**inputs, lam=lam)
+  np.testing.assert_allclose(adv, ref_vs - inputs["values"], atol=1e-5)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.95, 1.0])
+def test_lambda_advantage_on_policy_is_gae(lam):
+  """On-policy, advantage 'lambda' is GAE(lambda) (the lambda-return minus
+  V(x_s)); the paper's advantage adds gamma (1 - lambda) times the next
+  step's GAE inside an episode, so the two agree only at lambda = 1."""
+  rng = np.random.default_rng(12)
+  num_steps, batch, gamma = 8, 4, 0.97
+  terminated, truncated = unroll_flags(
+    num_steps, batch, terminated_at=[(3, 0), (8, 2)], truncated_at=[(5, 1)]
+  )
+  values = rng.normal(size=[num_steps + 1, batch])
+  reward = rng.normal(size=[num_steps + 1, batch])
+  bootstrap = rng.normal(size=values.shape)
+  args = (reward, terminated, truncated, bootstrap, values, gamma)
+  log_rhos = np.zeros([num_steps, batch])
+  _, adv = transition_targets(
+    log_rhos,
+    *args,
+    trace_lambda=lam,
+    advantage="lambda",
+    weight_pg_advantages=False,
+  )
+  gae = lambda_returns(*args, lam) - values[:-1]
+  np.testing.assert_allclose(adv, gae, rtol=1e-5, atol=1e-5)
+  _, paper = transition_targets(log_rhos, *args, trace_lambda=lam)
+  # Zero after an episode end and at the unroll's last step (no next step).
+  next_gae = np.concatenate([gae[1:], np.zeros([1, batch])])
+  next_gae *= ~(terminated[1:] | truncated[1:])
+  np.testing.assert_allclose(
+    paper, gae + gamma * (1 - lam) * next_gae, rtol=1e-5, atol=1e-5
+  )
+  assert lam == 1.0 or not np.allclose(paper, adv, atol=1e-3)
+
+
 def test_vtrace_rejects_bad_inputs():
   good = random_boundary_inputs(np.random.default_rng(6), 3, 2)
   with pytest.raises(ValueError, match="clip_c_threshold must be > 0"):
     run_vtrace(good, clip_c_threshold=0.0)
   with pytest.raises(ValueError, match=r"trace_lambda must be in \[0, 1\]"):
     run_vtrace(good, trace_lambda=1.5)
+  with pytest.raises(ValueError, match=r"advantage 'lambda' is not allowed"):
+    run_vtrace(good, advantage="lambda")  # weighted by rho: the paper's only
+  with pytest.raises(ValueError, match=r"advantage 'gae' is not allowed"):
+    run_vtrace(good, advantage="gae", weight_pg_advantages=False)
   bad = dict(good, rewards=np.zeros([3, 3]))
   with pytest.raises(ValueError, match="rewards has shape"):
     run_vtrace(bad)
