@@ -42,7 +42,11 @@ agent steps, and CleanRL's curve up to the runs' last step.
 
 Configurations: `2core` is the pair's gin file alone (what
 `./run_local.sh atari vtrace` runs on a small machine); `accelerator` adds
-seed_rl/atari/gin/vtrace_accelerator.gin (what the `cluster` profile runs).
+seed_rl/atari/gin/vtrace_accelerator.gin (what the `cluster` profile runs)
+and is measured as a learner that keeps up with its actors would train it
+(a GPU trains each round as it arrives): CleanRL's 8 envs, synchronous.
+On 2 cores that learner binds, and asynchronously its policy would lag
+two rounds behind, which no GPU user sees.
 """
 
 from __future__ import annotations
@@ -83,6 +87,13 @@ CONFIGS: Dict[str, List[str]] = {
   "2core": [],
   "accelerator": ["seed_rl/atari/gin/vtrace_accelerator.gin"],
 }
+# learn.py flags and gin bindings of each configuration's runs.
+RUN_FLAGS: Dict[str, List[str]] = {
+  "accelerator": ["--num_actors", "1", "--envs_per_actor", "8"],
+}
+RUN_BINDINGS: Dict[str, List[str]] = {
+  "accelerator": ["LearnerConfig.synchronous = True"],
+}
 EVAL_FILE = "eval_noop30.json"
 
 
@@ -94,18 +105,25 @@ def run_game(args, game: str) -> None:
   """Trains `game` for --minutes (unless done), then scores it noop30."""
   out = logdir(args.root, args.label or args.config, game, args.seed)
   if not os.path.exists(os.path.join(out, "result.json")):
-    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "learn.py")]
-    cmd += ["atari", args.agent, "--max_minutes", f"{args.minutes:g}"]
-    cmd += ["--seed", str(args.seed), "--logdir", out]
-    for path in CONFIGS[args.config]:
-      cmd += ["--gin_config", os.path.join(ROOT, path)]
-    cmd += [f"atari.create_environment.game = '{game}'"] + args.binding
+    cmd = train_command(args, game, out)
     print(f"[suite] {' '.join(cmd)}", file=sys.stderr, flush=True)
     subprocess.run(cmd, check=True, stdout=sys.stderr)
   if not os.path.exists(os.path.join(out, EVAL_FILE)):
     scores = {m: evaluate(out, m, args.episodes) for m in ("greedy", "sample")}
     with open(os.path.join(out, EVAL_FILE), "w") as f:
       json.dump(scores, f)
+
+
+def train_command(args, game: str, out: str) -> List[str]:
+  """learn.py's command line for `game` under --config, into `out`."""
+  cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "learn.py")]
+  cmd += ["atari", args.agent, "--max_minutes", f"{args.minutes:g}"]
+  cmd += ["--seed", str(args.seed), "--logdir", out]
+  cmd += RUN_FLAGS.get(args.config, [])
+  for path in CONFIGS[args.config]:
+    cmd += ["--gin_config", os.path.join(ROOT, path)]
+  cmd += [f"atari.create_environment.game = '{game}'"]
+  return cmd + RUN_BINDINGS.get(args.config, []) + args.binding
 
 
 def evaluate(path: str, mode: str, episodes: int) -> dict:

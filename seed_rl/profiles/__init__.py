@@ -14,8 +14,8 @@ profile changes nothing for that domain).
 A profile may also name an agent overlay (OVERLAYS): where the pair's gin
 file `seed_rl/<env>/gin/<agent>.gin` has a sibling `<agent>_<overlay>.gin`,
 it is parsed right after it. On 'cluster' that is 'accelerator': an agent
-sized for a learner whose model cost does not bind (Atari V-trace's Nature
-CNN and CleanRL's reuse of each round, `atari/gin/vtrace_accelerator.gin`),
+sized for a learner whose model cost does not bind (Atari V-trace with
+CleanRL ppo_atari's recipe, `atari/gin/vtrace_accelerator.gin`),
 where on 2 cores the learner's updates per second bind. Elsewhere the same
 file is a `--gin_config` away.
 

@@ -391,6 +391,33 @@ def test_atari_suite_reports_each_game_against_cleanrl_and_the_regression(
   assert out.stat().st_size > 10_000
 
 
+def test_atari_suite_trains_the_accelerator_overlay_as_a_keeping_up_learner():
+  """The accelerator configuration's runs: its overlay, CleanRL's 8 envs,
+  synchronous; the 2-core default's: the pair's gin file alone."""
+  import argparse
+
+  suite = _benchmark_module("atari_suite")
+
+  def command(config, binding=()):
+    args = argparse.Namespace(
+      agent="vtrace", minutes=60.0, seed=0, config=config, binding=[*binding]
+    )
+    return suite.train_command(args, "qbert", "/runs/qbert-s0")
+
+  fast = command("accelerator", ["VtraceConfig.entropy_cost = 0.02"])
+  overlay = fast[fast.index("--gin_config") + 1]
+  assert overlay.endswith("vtrace_accelerator.gin") and os.path.exists(overlay)
+  assert fast[fast.index("--envs_per_actor") + 1] == "8"
+  assert fast[fast.index("--num_actors") + 1] == "1"
+  assert fast[-2:] == [
+    "LearnerConfig.synchronous = True",
+    "VtraceConfig.entropy_cost = 0.02",
+  ]
+  small = command("2core")
+  assert "--gin_config" not in small and "--envs_per_actor" not in small
+  assert small[-1] == "atari.create_environment.game = 'qbert'"
+
+
 def _peer_scalars(logdir, rows):
   """Event files as benchmarks/peer_sb3.py's SummaryWriter writes them:
   plain scalars (simple_value) at x = agent steps."""

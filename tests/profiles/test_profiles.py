@@ -156,21 +156,30 @@ def test_cluster_runs_the_accelerator_overlay_of_atari_vtrace():
   small, small_torso = _operative("local-2core", "atari", "vtrace", (), build)[
     2
   ]
-  big, big_torso = _operative("cluster", "atari", "vtrace", (), build)[2]
+  learner, _, (big, big_torso) = _operative(
+    "cluster", "atari", "vtrace", (), build
+  )
+  assert learner.terminal_on_life_loss
   assert (small_torso, big_torso) == ("nips", "nature")
-  assert (big.batch_size, big.num_epochs, big.num_minibatches) == (64, 4, 4)
-  assert (big.entropy_cost, big.queue_capacity) == (0.01, 128)
+  assert (big.unroll_length, big.batch_size) == (128, 8)
+  assert (big.num_epochs, big.num_minibatches) == (4, 4)
+  assert (big.minibatch_unit, big.targets, big.advantage) == (
+    "transition",
+    "round",
+    "lambda",
+  )
+  assert (big.entropy_cost, big.queue_capacity) == (0.01, 16)
   assert (small.batch_size, small.num_epochs, small.entropy_cost) == (
     32,
     2,
     0.03,
   )
   # Everything the overlay does not name is the 2-core default's.
-  for field in ("unroll_length", "learning_rate", "clip_ratio", "discount"):
+  for field in ("learning_rate", "clip_ratio", "discount", "max_grad_norm"):
     assert getattr(small, field) == getattr(big, field), field
   # The same file is the documented switch on any other profile.
   switched = _vtrace_config("vtrace_accelerator.gin")
-  assert (switched.batch_size, switched.num_epochs) == (64, 4)
+  assert (switched.batch_size, switched.num_epochs) == (8, 4)
 
 
 def test_overlays_apply_only_where_their_file_exists():
