@@ -266,7 +266,8 @@ def _configure(args: argparse.Namespace):
   # the registry is the learner's, so a domain added there works here too.
   create_environment = registry.env_module(args.env).create_environment
   gin.parse_config_files_and_bindings(
-    profiles.gin_files(args.machine_profile, args.env) + args.gin_config,
+    profiles.gin_files(args.machine_profile, args.env)
+    + profiles.with_overlays(args.machine_profile, args.gin_config),
     args.gin_bindings,
     skip_unknown=True,
   )

@@ -13,7 +13,8 @@ profile changes nothing for that domain).
 
 A profile may also name an agent overlay (OVERLAYS): where the pair's gin
 file `seed_rl/<env>/gin/<agent>.gin` has a sibling `<agent>_<overlay>.gin`,
-it is parsed right after it. On 'cluster' that is 'accelerator': an agent
+it is parsed right after it, by the learner and by actors given the pair's
+file with --gin_config. On 'cluster' that is 'accelerator': an agent
 sized for a learner whose model cost does not bind (Atari V-trace with
 CleanRL ppo_atari's recipe, `atari/gin/vtrace_accelerator.gin`),
 where on 2 cores the learner's updates per second bind. Elsewhere the same
@@ -88,15 +89,32 @@ def gin_files(profile: str, env: str) -> List[str]:
   return [path] if path else []
 
 
+def _overlay(profile: str, pair_file: str) -> Optional[str]:
+  """The profile's overlay beside `pair_file`, if it names one that exists."""
+  suffix = OVERLAYS.get(resolve(profile))
+  if suffix is None:
+    return None
+  stem, ext = os.path.splitext(pair_file)
+  path = f"{stem}_{suffix}{ext}"
+  return path if os.path.exists(path) else None
+
+
 def overlay_files(profile: str, env: str, agent: str) -> List[str]:
   """[the pair's overlay for `profile`] where the profile names one and the
   file exists, else []."""
-  suffix = OVERLAYS.get(resolve(profile))
-  if suffix is None:
-    return []
-  stem, ext = os.path.splitext(registry.gin_file(env, agent))
-  path = f"{stem}_{suffix}{ext}"
-  return [path] if os.path.exists(path) else []
+  path = _overlay(profile, registry.gin_file(env, agent))
+  return [path] if path else []
+
+
+def with_overlays(profile: str, files: List[str]) -> List[str]:
+  """`files` with the profile's overlay of each pair file among them right
+  after it: an actor knows its pair only from its --gin_config, and an
+  overlay may bind what actors run too, such as the environment."""
+  out: List[str] = []
+  for path in files:
+    overlay = _overlay(profile, path)
+    out += [path] + ([overlay] if overlay and overlay not in files else [])
+  return out
 
 
 def config_files(profile: str, env: str, agent: str) -> List[str]:

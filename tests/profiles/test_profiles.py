@@ -195,6 +195,40 @@ def test_overlays_apply_only_where_their_file_exists():
   ]
 
 
+@pytest.mark.parametrize(
+  "profile, fire_reset", [("cluster", True), ("local-2core", False)]
+)
+def test_actors_parse_the_overlay_of_their_pair_file(profile, fire_reset):
+  """The accelerator overlay binds the environment (fire reset) as well:
+  a cluster actor given the pair's file parses the overlay after it, as
+  its learner does; elsewhere it is the pair's file alone."""
+  import argparse
+
+  from seed_rl.actors import main as actor_main
+
+  pair = registry.gin_file("atari", "vtrace")
+  args = argparse.Namespace(
+    env="atari", machine_profile=profile, gin_config=[pair], gin_bindings=[]
+  )
+  gin.clear_config()
+  try:
+    actor_main._configure(args)
+    name = "atari.create_environment.use_fire_reset"
+    if fire_reset:
+      assert gin.query_parameter(name) is True
+    else:
+      with pytest.raises(ValueError):  # not bound: the factory's default
+        gin.query_parameter(name)
+  finally:
+    gin.clear_config()
+  overlay = profiles.overlay_files("cluster", "atari", "vtrace")
+  assert profiles.with_overlays(profile, [pair]) == [pair] + (
+    overlay if fire_reset else []
+  )
+  # Named already (the documented switch): not parsed twice.
+  assert profiles.with_overlays(profile, [pair] + overlay) == [pair] + overlay
+
+
 def test_learner_parses_the_overlay_after_a_repeated_pair_file(tmp_path):
   import argparse
 
