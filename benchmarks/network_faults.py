@@ -32,8 +32,11 @@ scenario:
   exit after SIGTERM, its step and return(last100) then, and the step the
   new learner resumed from (its final checkpoint);
 - `learner_rss_mib` at the end of each window, `learner_threads`,
-  `learner_fds`; actor restarts (`actors_exited`) and the learner's exit code
-  and seconds to exit after SIGTERM (`learner_exit`).
+  `learner_fds`; actor restarts (`actors_exited`), actors that logged a
+  reconnect (`actors_reconnected`: said Hello again and resent a batch),
+  actors still up 30 s after their SIGTERM and killed (`actors_killed`),
+  and the learner's exit code and seconds to exit after SIGTERM
+  (`learner_exit`).
 
 Needs root, iproute2, /dev/net/tun and openssl; says why and exits 2
 otherwise.
@@ -353,11 +356,16 @@ def _finish(run: _Windows, result: str) -> Dict[str, Any]:
   out: Dict[str, Any] = {
     "actors_exited": sum(p.popen.poll() is not None for p, _ in _all(actors))
   }
-  played = 0
+  played = killed = reconnected = 0
   for proc, stats in _all(actors):
-    proc.stop(signal.SIGTERM, timeout=30)
+    # None: still up 30 s after SIGTERM and killed (its stats file is then
+    # one written before the end, short of what it sent).
+    killed += proc.stop(signal.SIGTERM, timeout=30) is None
+    reconnected += "lost the learner" in proc.output
     # Its last stats file, written as it ended.
     played += (read_json(stats) or {}).get("episodes") or 0
+  out["actors_killed"] = killed
+  out["actors_reconnected"] = reconnected
   out["episodes_played"] = played
   out["return_last100"] = _learner_at(learner, time.monotonic())["return"]
   t0 = time.monotonic()

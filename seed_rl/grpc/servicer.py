@@ -133,6 +133,11 @@ class _Completions:
         future.set_result(result)
 
 
+def _retrieve(future: "asyncio.Future[Any]") -> None:
+  if not future.cancelled():
+    future.exception()
+
+
 def _peer_host(peer: str) -> str:
   """'ipv4:10.0.0.5:41234' -> 'ipv4:10.0.0.5' (IPv6 alike): every call from
   one machine counts against the same per-peer cap; other transports (unix
@@ -261,6 +266,8 @@ class Servicer:
       handler, "submit", None
     )
     self._completions = _Completions(self._loop)
+    # actor id -> (sequence, answer) of the batch the learner is stepping.
+    self._in_flight: Dict[int, Tuple[int, "asyncio.Future[Any]"]] = {}
     # Blocking handlers only: one thread per call in flight, as before.
     self._pool = (
       None
@@ -523,14 +530,54 @@ class Servicer:
     self._submit(batch, lambda result, error: resolve(future, result, error))
     return future
 
+  def _answer(self, batch: StepBatch, session: Session, sequence: int):
+    """A future of the response to `batch`, shared by every stream that sends
+    its `sequence`: a batch already handed to the learner is answered, and
+    registered as served, whether or not the stream that sent it is still
+    there. A client whose stream failed resends it on a new one, and that
+    resend must wait for this answer, not be stepped a second time (its
+    rewards and episode ends would count twice)."""
+    actor_id = session.actor_id
+    in_flight = self._in_flight.get(actor_id) if sequence else None
+    if in_flight is not None and in_flight[0] == sequence:
+      return in_flight[1]
+    answer = self._loop.create_future()
+    if sequence:
+      self._in_flight[actor_id] = (sequence, answer)
+
+    def settle(step: "asyncio.Future[Any]") -> None:
+      if self._in_flight.get(actor_id, (0, None))[1] is answer:
+        del self._in_flight[actor_id]
+      if step.cancelled():  # the server is stopping
+        answer.cancel()
+        return
+      error = step.exception()
+      if error is None:
+        try:
+          response = self._actions_to_response(step.result(), session.num_envs)
+        except Exception as e:
+          error = e
+        else:
+          self.registry.served(actor_id, sequence, response)
+          answer.set_result(response)
+          return
+      # Retrieved here: a stream that went away leaves nobody to await it.
+      answer.add_done_callback(_retrieve)
+      answer.set_exception(error)
+
+    self._step(batch).add_done_callback(settle)
+    return answer
+
   async def _serve_one(self, request, session: Session):
     """Returns the response to one request; Rejection ends the stream."""
     request, batch, cached = self._check(request, session)
     if cached is not None:
       return cached
     try:
-      actions = await self._step(batch)
-      response = self._actions_to_response(actions, session.num_envs)
+      # Shielded: a stream cancelled meanwhile leaves the answer to settle.
+      response = await asyncio.shield(
+        self._answer(batch, session, request.sequence)
+      )
     except ValueError as e:  # the handler refused the batch's contents
       raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
     except errors.ServiceStopping as e:
@@ -546,7 +593,6 @@ class Servicer:
       raise Rejection(
         grpc.StatusCode.INTERNAL, f"learner error: {type(e).__name__}: {e}"
       ) from None
-    self.registry.served(session.actor_id, request.sequence, response)
     return response
 
   async def Step(self, request_iterator, context):

@@ -34,6 +34,7 @@ def _kept_the_run(line):
   """What every scenario must keep: training, actors, episodes, a clean exit."""
   why = json.dumps(line)  # the whole line, where pytest would cut it short
   assert line["actors_exited"] == 0, why
+  assert line["actors_killed"] == 0, why  # SIGTERM ends an actor cleanly
   assert line["learner_steps_per_s"]["after"] > 0, why
   # Nothing counted twice, nothing lost: a resumed learner leaves out each
   # env's first, partly unseen episode (at most one per env; it may be one
