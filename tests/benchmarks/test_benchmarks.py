@@ -118,7 +118,7 @@ def test_plot_curves_reference_points_parse_or_name_the_bad_point():
   built_in = plot_curves.parse_reference("cleanrl:beam_rider")
   assert built_in.game == "beam_rider"
   assert built_in.name == "CleanRL ppo_atari beam_rider"
-  assert built_in.xs[0] == 2e6 and built_in.ys[0] == 600.0
+  assert built_in.xs[0] == 0.5e6 and built_in.ys[0] == 535.0
   assert np.all(np.diff(built_in.xs) > 0)
   # Drawn up to the first point at or past the runs' last agent step.
   xs, ys = np.array([2e6, 4e6, 6e6]), np.array([1.0, 2.0, 3.0])
