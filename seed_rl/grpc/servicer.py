@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -105,18 +106,19 @@ def handlers(servicer: "Servicer") -> grpc.GenericRpcHandler:
 
 
 class _Completions:
-  """Resolves the loop's futures from the inference thread, waking the loop
-  once per burst: `resolve` queues, and only the first call after a drain
-  schedules one (call_soon_threadsafe writes to the loop's wake-up pipe)."""
+  """Runs the handler's answers on the loop, waking it once per burst:
+  `resolve` queues, and only the first call after a drain schedules one
+  (call_soon_threadsafe writes to the loop's wake-up pipe)."""
 
   def __init__(self, loop: asyncio.AbstractEventLoop):
     self._loop = loop
     self._lock = threading.Lock()
-    self._done: List[Tuple[asyncio.Future, Any, Optional[BaseException]]] = []
+    self._done: List[Tuple[Callable[..., None], Any, Any]] = []
 
-  def resolve(self, future, result, error) -> None:
+  def resolve(self, settle, result, error) -> None:
+    """Calls `settle(result, error)` on the loop (from any thread)."""
     with self._lock:
-      self._done.append((future, result, error))
+      self._done.append((settle, result, error))
       if len(self._done) > 1:
         return  # a drain is already scheduled and will take this one
     self._loop.call_soon_threadsafe(self._drain)
@@ -124,18 +126,22 @@ class _Completions:
   def _drain(self) -> None:
     with self._lock:
       done, self._done = self._done, []
-    for future, result, error in done:
-      if future.done():  # the call was cancelled meanwhile
-        continue
-      if error is not None:
-        future.set_exception(error)
-      else:
-        future.set_result(result)
+    for settle, result, error in done:
+      try:
+        settle(result, error)
+      except Exception:  # the other answers must still go out
+        logging.exception("answering a step failed")
 
 
-def _retrieve(future: "asyncio.Future[Any]") -> None:
-  if not future.cancelled():
-    future.exception()
+class _InFlight:
+  """A batch the learner is stepping: its sequence number and env count,
+  and the futures of the calls that wait for its response (the one that
+  sent it, and any resend of it on a new stream)."""
+
+  __slots__ = ("sequence", "num_envs", "futures")
+
+  def __init__(self, sequence: int, num_envs: int, future: asyncio.Future):
+    self.sequence, self.num_envs, self.futures = sequence, num_envs, [future]
 
 
 def _peer_host(peer: str) -> str:
@@ -266,8 +272,8 @@ class Servicer:
       handler, "submit", None
     )
     self._completions = _Completions(self._loop)
-    # actor id -> (sequence, answer) of the batch the learner is stepping.
-    self._in_flight: Dict[int, Tuple[int, "asyncio.Future[Any]"]] = {}
+    # actor id -> the batch of that actor the learner is stepping.
+    self._in_flight: Dict[int, _InFlight] = {}
     # Blocking handlers only: one thread per call in flight, as before.
     self._pool = (
       None
@@ -521,52 +527,59 @@ class Servicer:
       raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
     return request, batch, None
 
-  def _step(self, batch: StepBatch) -> "asyncio.Future[Any]":
-    """The handler's actions for `batch`, as a future of this loop."""
-    if self._submit is None:
-      return self._loop.run_in_executor(self._pool, self._handler.step, batch)
-    future = self._loop.create_future()
-    resolve = self._completions.resolve
-    self._submit(batch, lambda result, error: resolve(future, result, error))
-    return future
-
   def _answer(self, batch: StepBatch, session: Session, sequence: int):
-    """A future of the response to `batch`, shared by every stream that sends
-    its `sequence`: a batch already handed to the learner is answered, and
-    registered as served, whether or not the stream that sent it is still
-    there. A client whose stream failed resends it on a new one, and that
-    resend must wait for this answer, not be stepped a second time (its
-    rewards and episode ends would count twice)."""
+    """A future of the response to `batch`. A client whose stream failed
+    resends its batch on a new one with the same `sequence`; if the learner
+    is still stepping it, the resend waits for that step's response rather
+    than being stepped again (its rewards and episode ends would count
+    twice), and a batch stepped after its stream went away is still
+    registered as served (`_settle`), so a later resend is answered from
+    the cache."""
+    future = self._loop.create_future()
     actor_id = session.actor_id
     in_flight = self._in_flight.get(actor_id) if sequence else None
-    if in_flight is not None and in_flight[0] == sequence:
-      return in_flight[1]
-    answer = self._loop.create_future()
+    if in_flight is not None and in_flight.sequence == sequence:
+      in_flight.futures.append(future)
+      return future
+    in_flight = _InFlight(sequence, session.num_envs, future)
     if sequence:
-      self._in_flight[actor_id] = (sequence, answer)
+      self._in_flight[actor_id] = in_flight
+    settle = functools.partial(self._settle, actor_id, in_flight)
+    if self._pool is not None:
+      self._pool.submit(self._step_blocking, batch, settle)
+    else:
+      assert self._submit is not None
+      self._submit(batch, functools.partial(self._completions.resolve, settle))
+    return future
 
-    def settle(step: "asyncio.Future[Any]") -> None:
-      if self._in_flight.get(actor_id, (0, None))[1] is answer:
-        del self._in_flight[actor_id]
-      if step.cancelled():  # the server is stopping
-        answer.cancel()
-        return
-      error = step.exception()
+  def _step_blocking(self, batch: StepBatch, settle) -> None:
+    """A blocking handler's step, on a pool thread."""
+    try:
+      result, error = self._handler.step(batch), None
+    except Exception as e:
+      result, error = None, e
+    self._completions.resolve(settle, result, error)
+
+  def _settle(self, actor_id: int, in_flight: _InFlight, actions, error):
+    """On the loop, once the handler answered: registers the response as
+    served and hands it (or the handler's error) to every call still
+    waiting; a call whose stream went away meanwhile was cancelled."""
+    if self._in_flight.get(actor_id) is in_flight:
+      del self._in_flight[actor_id]
+    if error is None:
+      try:
+        response = self._actions_to_response(actions, in_flight.num_envs)
+      except Exception as e:
+        error = e
+      else:
+        self.registry.served(actor_id, in_flight.sequence, response)
+    for future in in_flight.futures:
+      if future.done():
+        continue
       if error is None:
-        try:
-          response = self._actions_to_response(step.result(), session.num_envs)
-        except Exception as e:
-          error = e
-        else:
-          self.registry.served(actor_id, sequence, response)
-          answer.set_result(response)
-          return
-      # Retrieved here: a stream that went away leaves nobody to await it.
-      answer.add_done_callback(_retrieve)
-      answer.set_exception(error)
-
-    self._step(batch).add_done_callback(settle)
-    return answer
+        future.set_result(response)
+      else:
+        future.set_exception(error)
 
   async def _serve_one(self, request, session: Session):
     """Returns the response to one request; Rejection ends the stream."""
@@ -574,10 +587,7 @@ class Servicer:
     if cached is not None:
       return cached
     try:
-      # Shielded: a stream cancelled meanwhile leaves the answer to settle.
-      response = await asyncio.shield(
-        self._answer(batch, session, request.sequence)
-      )
+      response = await self._answer(batch, session, request.sequence)
     except ValueError as e:  # the handler refused the batch's contents
       raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
     except errors.ServiceStopping as e:

@@ -866,10 +866,12 @@ def test_batch_resent_after_a_reconnect_is_not_stored_twice(stub, handler):
   assert len(handler.batches) == served + 1
 
 
-def test_completions_wake_the_loop_once_per_burst():
+def test_completions_wake_the_loop_once_per_burst(caplog):
   """The inference thread answers a batch's requests in a row: the loop is
-  woken once for all of them, and a cancelled call's future is skipped."""
+  woken once for all of them, runs each answer in order, and one answer
+  that fails does not hold back the others."""
   import asyncio
+  import logging
   from seed_rl.grpc.servicer import _Completions
 
   async def scenario():
@@ -883,21 +885,33 @@ def test_completions_wake_the_loop_once_per_burst():
       return original(callback, *args)
 
     loop.call_soon_threadsafe = counting
-    futures = [loop.create_future() for _ in range(4)]
-    futures[2].cancel()
+    answered = []
+
+    def settle(result, error):
+      if result == "bad":
+        raise RuntimeError("answer failed")
+      answered.append((result, error, threading.current_thread().name))
+
+    error = RuntimeError("batch failed")
 
     def inference_thread():
-      for i, future in enumerate(futures[:3]):
-        completions.resolve(future, i * 10, None)
-      completions.resolve(futures[3], None, RuntimeError("batch failed"))
+      for result in (0, 10, "bad", 20):
+        completions.resolve(settle, result, None)
+      completions.resolve(settle, None, error)
 
-    thread = threading.Thread(target=inference_thread)
+    thread = threading.Thread(target=inference_thread, name="inference")
     thread.start()
     thread.join()
-    await asyncio.sleep(0)
+    with caplog.at_level(logging.ERROR):
+      await asyncio.sleep(0)
     assert len(wakeups) == 1
-    assert [await f for f in futures[:2]] == [0, 10]
-    with pytest.raises(RuntimeError, match="batch failed"):
-      await futures[3]
+    main = threading.current_thread().name
+    assert answered == [
+      (0, None, main),
+      (10, None, main),
+      (20, None, main),
+      (None, error, main),
+    ]
+    assert "answering a step failed" in caplog.text
 
   asyncio.run(scenario())
