@@ -17,6 +17,7 @@ from seed_rl.grpc import seed_rl_pb2_grpc
 from seed_rl.grpc.server import LearnerServer
 from tests.support.servers import (
   ACT,
+  K,
   OBS,
   TOTAL,
   ArgmaxHandler,
@@ -25,7 +26,7 @@ from tests.support.servers import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-ACTOR = 5  # envs 20..23
+ACTOR = 5  # envs 5K..6K-1
 
 
 class HeldHandler(ArgmaxHandler):
@@ -71,10 +72,10 @@ def _hello(stub) -> str:
 
 
 def _request(sequence: int):
-  batch = make_batch(ACTOR * 4, np.random.default_rng(sequence))
+  batch = make_batch(ACTOR * K, np.random.default_rng(sequence))
   request = codec.encode_step_batch(batch)
   request.sequence = sequence
-  expected = batch.observation.reshape(4, -1).argmax(axis=1) % ACT.num_values
+  expected = batch.observation.reshape(K, -1).argmax(axis=1) % ACT.num_values
   return request, expected.astype(np.int32)
 
 
