@@ -46,7 +46,9 @@ seed_rl/atari/gin/vtrace_accelerator.gin (what the `cluster` profile runs)
 and is measured as a learner that keeps up with its actors would train it
 (a GPU trains each round as it arrives): CleanRL's 8 envs, synchronous.
 On 2 cores that learner binds, and asynchronously its policy would lag
-two rounds behind, which no GPU user sees.
+two rounds behind, which no GPU user sees. `nips` adds
+seed_rl/atari/gin/vtrace_nips.gin, the 2-core default until 2026-11-30
+(every `2core` figure before that date ran it).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ SUITES: Dict[str, List[str]] = {
 CONFIGS: Dict[str, List[str]] = {
   "2core": [],
   "accelerator": ["seed_rl/atari/gin/vtrace_accelerator.gin"],
+  "nips": ["seed_rl/atari/gin/vtrace_nips.gin"],
 }
 # learn.py flags and gin bindings of each configuration's runs.
 RUN_FLAGS: Dict[str, List[str]] = {

@@ -377,7 +377,9 @@ def test_evaluate_prints_the_human_normalized_score(pong_logdir):
   assert result["env"] == "atari" and result["game"] == "pong"
   assert result["episodes"] == 3
   assert result["env_steps"] == 4321
-  assert result["protocol"] == STICKY_400
+  # The run's own environment otherwise: the Atari V-trace gin file's fire
+  # reset is played too.
+  assert result["protocol"] == dict(STICKY_400, use_fire_reset=True)
   # Cut at the cap: 400 frames = 100 agent steps (no no-op start).
   assert result["episode_lengths"] == [100, 100, 100]
   mean = np.mean(result["returns"])

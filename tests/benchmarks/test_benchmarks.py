@@ -416,6 +416,10 @@ def test_atari_suite_trains_the_accelerator_overlay_as_a_keeping_up_learner():
   small = command("2core")
   assert "--gin_config" not in small and "--envs_per_actor" not in small
   assert small[-1] == "atari.create_environment.game = 'qbert'"
+  earlier = command("nips")
+  overlay = earlier[earlier.index("--gin_config") + 1]
+  assert overlay.endswith("vtrace_nips.gin") and os.path.exists(overlay)
+  assert "--envs_per_actor" not in earlier  # 2 x 16, as the 2-core default
 
 
 def _peer_scalars(logdir, rows):

@@ -114,29 +114,63 @@ def _vtrace_config(*overlays):
   return _operative("local-2core", "atari", "vtrace", overlays, VtraceConfig)[2]
 
 
-def test_atari_vtrace_defaults_and_the_previous_update_overlay():
-  # What RESULTS.md's Atari runs since 2026-11-26 measured ...
+def test_atari_vtrace_defaults_and_the_earlier_overlays():
+  # CleanRL ppo_atari's recipe at 2 epochs on 32 x 32 unrolls ...
   new = _vtrace_config()
-  assert (new.unroll_length, new.batch_size) == (20, 32)
+  assert (new.unroll_length, new.batch_size) == (32, 32)
   assert (new.num_epochs, new.num_minibatches) == (2, 4)
+  assert (new.minibatch_unit, new.targets, new.advantage) == (
+    "transition",
+    "round",
+    "lambda",
+  )
   assert (new.policy_loss, new.normalize_advantages) == ("clip", True)
   assert (new.optimizer, new.learning_rate) == ("adam", 2.5e-4)
-  # ... and what every earlier Atari V-trace figure ran with.
-  old = _vtrace_config("vtrace_a2c.gin")
+  assert new.optimizer_epsilon_form == "paper"
+  assert (new.entropy_cost, new.value_cost, new.value_clip) == (0.01, 0.5, 0.1)
+  # ... what every Atari V-trace figure from 2026-11-26 to 2026-11-30 ran
+  # (the 2013 torso, IMPALA's per-update targets over whole unrolls) ...
+  nips = _vtrace_config("vtrace_nips.gin")
+  assert (nips.unroll_length, nips.batch_size) == (20, 32)
+  assert (nips.num_epochs, nips.num_minibatches) == (2, 4)
+  assert (nips.minibatch_unit, nips.targets, nips.advantage) == (
+    "unroll",
+    "update",
+    "vtrace",
+  )
+  assert (nips.trace_lambda, nips.entropy_cost) == (1.0, 0.03)
+  assert (nips.value_cost, nips.value_clip) == (1.0, None)
+  assert nips.optimizer_epsilon_form == "tensorflow"
+  # ... and what every earlier one ran with.
+  old = _vtrace_config("vtrace_nips.gin", "vtrace_a2c.gin")
   assert (old.unroll_length, old.batch_size) == (5, 16)
   assert (old.num_epochs, old.num_minibatches) == (1, 1)
   assert (old.policy_loss, old.normalize_advantages) == ("pg", False)
   assert (old.optimizer, old.learning_rate) == ("rmsprop", 7e-4)
   # Everything else is shared.
-  for field in (
-    "discount",
-    "trace_lambda",
-    "entropy_cost",
-    "value_cost",
-    "max_grad_norm",
-  ):
-    assert getattr(old, field) == getattr(new, field), field
-  assert old.reward_clipping == new.reward_clipping == "abs_one"
+  for field in ("discount", "max_grad_norm", "reward_clipping"):
+    assert getattr(old, field) == getattr(nips, field) == getattr(new, field)
+
+
+def _atari_env_settings(*overlays):
+  """(torso kind, fire reset, life-loss terminals) on the local-2core
+  profile."""
+
+  def build():
+    return (
+      gin.query_parameter("atari_torso.kind"),
+      gin.query_parameter("atari.create_environment.use_fire_reset"),
+    )
+
+  learner, _, (kind, fire) = _operative(
+    "local-2core", "atari", "vtrace", overlays, build
+  )
+  return kind, fire, learner.terminal_on_life_loss
+
+
+def test_atari_vtrace_nips_overlay_restores_the_earlier_environment():
+  assert _atari_env_settings() == ("nature", True, True)
+  assert _atari_env_settings("vtrace_nips.gin") == ("nips", False, False)
 
 
 def test_cluster_profile_leaves_threads_to_the_machine():
@@ -160,22 +194,29 @@ def test_cluster_runs_the_accelerator_overlay_of_atari_vtrace():
     "cluster", "atari", "vtrace", (), build
   )
   assert learner.terminal_on_life_loss
-  assert (small_torso, big_torso) == ("nips", "nature")
+  assert small_torso == big_torso == "nature"
   assert (big.unroll_length, big.batch_size) == (128, 8)
   assert (big.num_epochs, big.num_minibatches) == (4, 4)
-  assert (big.minibatch_unit, big.targets, big.advantage) == (
-    "transition",
-    "round",
-    "lambda",
-  )
-  assert (big.entropy_cost, big.queue_capacity) == (0.01, 16)
-  assert (small.batch_size, small.num_epochs, small.entropy_cost) == (
+  assert big.queue_capacity == 16
+  assert (small.unroll_length, small.batch_size, small.num_epochs) == (
+    32,
     32,
     2,
-    0.03,
   )
   # Everything the overlay does not name is the 2-core default's.
-  for field in ("learning_rate", "clip_ratio", "discount", "max_grad_norm"):
+  for field in (
+    "learning_rate",
+    "clip_ratio",
+    "discount",
+    "max_grad_norm",
+    "minibatch_unit",
+    "targets",
+    "advantage",
+    "trace_lambda",
+    "entropy_cost",
+    "value_cost",
+    "value_clip",
+  ):
     assert getattr(small, field) == getattr(big, field), field
   # The same file is the documented switch on any other profile.
   switched = _vtrace_config("vtrace_accelerator.gin")
@@ -196,12 +237,13 @@ def test_overlays_apply_only_where_their_file_exists():
 
 
 @pytest.mark.parametrize(
-  "profile, fire_reset", [("cluster", True), ("local-2core", False)]
+  "profile, overlaid", [("cluster", True), ("local-2core", False)]
 )
-def test_actors_parse_the_overlay_of_their_pair_file(profile, fire_reset):
-  """The accelerator overlay binds the environment (fire reset) as well:
-  a cluster actor given the pair's file parses the overlay after it, as
-  its learner does; elsewhere it is the pair's file alone."""
+def test_actors_parse_the_overlay_of_their_pair_file(profile, overlaid):
+  """An overlay may bind the environment as well: a cluster actor given the
+  pair's file parses the overlay after it, as its learner does; elsewhere
+  it is the pair's file alone. Fire reset, which actors apply, comes from
+  the pair's file on both."""
   import argparse
 
   from seed_rl.actors import main as actor_main
@@ -214,16 +256,12 @@ def test_actors_parse_the_overlay_of_their_pair_file(profile, fire_reset):
   try:
     actor_main._configure(args)
     name = "atari.create_environment.use_fire_reset"
-    if fire_reset:
-      assert gin.query_parameter(name) is True
-    else:
-      with pytest.raises(ValueError):  # not bound: the factory's default
-        gin.query_parameter(name)
+    assert gin.query_parameter(name) is True
   finally:
     gin.clear_config()
   overlay = profiles.overlay_files("cluster", "atari", "vtrace")
   assert profiles.with_overlays(profile, [pair]) == [pair] + (
-    overlay if fire_reset else []
+    overlay if overlaid else []
   )
   # Named already (the documented switch): not parsed twice.
   assert profiles.with_overlays(profile, [pair] + overlay) == [pair] + overlay
