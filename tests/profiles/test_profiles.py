@@ -239,26 +239,36 @@ def test_overlays_apply_only_where_their_file_exists():
 @pytest.mark.parametrize(
   "profile, overlaid", [("cluster", True), ("local-2core", False)]
 )
-def test_actors_parse_the_overlay_of_their_pair_file(profile, overlaid):
+def test_actors_parse_the_overlay_of_their_pair_file(
+  profile, overlaid, tmp_path
+):
   """An overlay may bind the environment as well: a cluster actor given the
   pair's file parses the overlay after it, as its learner does; elsewhere
-  it is the pair's file alone. Fire reset, which actors apply, comes from
-  the pair's file on both."""
+  it is the pair's file alone. A copy of the Atari V-trace pair beside an
+  overlay that turns its fire reset (which actors apply) off tells which."""
   import argparse
 
   from seed_rl.actors import main as actor_main
 
-  pair = registry.gin_file("atari", "vtrace")
+  copy = tmp_path / "vtrace.gin"
+  copy.write_text(open(registry.gin_file("atari", "vtrace")).read())
+  (tmp_path / "vtrace_accelerator.gin").write_text(
+    "atari.create_environment.use_fire_reset = False\n"
+  )
   args = argparse.Namespace(
-    env="atari", machine_profile=profile, gin_config=[pair], gin_bindings=[]
+    env="atari",
+    machine_profile=profile,
+    gin_config=[str(copy)],
+    gin_bindings=[],
   )
   gin.clear_config()
   try:
     actor_main._configure(args)
     name = "atari.create_environment.use_fire_reset"
-    assert gin.query_parameter(name) is True
+    assert gin.query_parameter(name) is (not overlaid)
   finally:
     gin.clear_config()
+  pair = registry.gin_file("atari", "vtrace")
   overlay = profiles.overlay_files("cluster", "atari", "vtrace")
   assert profiles.with_overlays(profile, [pair]) == [pair] + (
     overlay if overlaid else []
