@@ -489,6 +489,26 @@ def test_frame_push_times_every_layout_per_env(capsys):
   assert all(us > 0 for us in row["us_per_env"].values())
 
 
+def test_frame_push_native_checks_and_times_both_native_pushes(capsys):
+  bench = _benchmark_module("frame_push_native")
+  args = ["--envs", "4", "--table_envs", "8", "--repeats", "2", "--rounds", "1"]
+  rc = bench.main(args)
+  if rc == 77:
+    pytest.skip(f"no C compiler: {capsys.readouterr().err.strip()}")
+  assert rc == 0  # the native results equal NumPy's (asserted inside)
+  row = json.loads(capsys.readouterr().out)
+  assert row["envs"] == 4 and row["table_envs"] == 8
+  assert set(row["us_per_env"]) == {"numpy", "native_fused", "native_ring"}
+  assert all(us > 0 for us in row["us_per_env"].values())
+
+
+def test_frame_push_native_skips_naming_the_compiler_that_failed(capsys):
+  bench = _benchmark_module("frame_push_native")
+  assert bench.main(["--cc", "/nonexistent/cc", "--repeats", "1"]) == 77
+  err = capsys.readouterr().err
+  assert "no working C compiler" in err and "/nonexistent/cc" in err
+
+
 def test_grpc_aio_floor_counts_messages_and_server_cpu(capsys):
   bench = _benchmark_module("grpc_aio_floor")
   assert bench.main(["--streams", "2", "--seconds", "1", "--warmup", "1"]) == 0
