@@ -125,7 +125,8 @@ def test_atari_vtrace_defaults_and_the_earlier_overlays():
     "lambda",
   )
   assert (new.policy_loss, new.normalize_advantages) == ("clip", True)
-  assert (new.optimizer, new.learning_rate) == ("adam", 2.5e-4)
+  # CleanRL's learning rate x 2 for half its updates per agent step.
+  assert (new.optimizer, new.learning_rate) == ("adam", 5e-4)
   assert new.optimizer_epsilon_form == "paper"
   assert (new.entropy_cost, new.value_cost, new.value_clip) == (0.01, 0.5, 0.1)
   # ... what every Atari V-trace figure from 2026-11-26 to 2026-11-30 ran
@@ -141,6 +142,7 @@ def test_atari_vtrace_defaults_and_the_earlier_overlays():
   assert (nips.trace_lambda, nips.entropy_cost) == (1.0, 0.03)
   assert (nips.value_cost, nips.value_clip) == (1.0, None)
   assert nips.optimizer_epsilon_form == "tensorflow"
+  assert nips.learning_rate == 2.5e-4
   # ... and what every earlier one ran with.
   old = _vtrace_config("vtrace_nips.gin", "vtrace_a2c.gin")
   assert (old.unroll_length, old.batch_size) == (5, 16)
@@ -198,6 +200,9 @@ def test_cluster_runs_the_accelerator_overlay_of_atari_vtrace():
   assert (big.unroll_length, big.batch_size) == (128, 8)
   assert (big.num_epochs, big.num_minibatches) == (4, 4)
   assert big.queue_capacity == 16
+  # CleanRL's learning rate at CleanRL's updates per agent step; the
+  # 2-core default doubles it for half of them.
+  assert (big.learning_rate, small.learning_rate) == (2.5e-4, 5e-4)
   assert (small.unroll_length, small.batch_size, small.num_epochs) == (
     32,
     32,
@@ -205,7 +210,6 @@ def test_cluster_runs_the_accelerator_overlay_of_atari_vtrace():
   )
   # Everything the overlay does not name is the 2-core default's.
   for field in (
-    "learning_rate",
     "clip_ratio",
     "discount",
     "max_grad_norm",
