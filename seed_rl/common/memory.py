@@ -37,7 +37,7 @@ import ctypes.util
 import gc
 import os
 import sys
-from typing import Dict, Optional
+from typing import Dict, Mapping, Optional
 
 _MIB = 1024.0 * 1024.0
 
@@ -53,11 +53,19 @@ class _Mallinfo2(ctypes.Structure):
   ]  # fmt: skip
 
 
-def _load_mallinfo2():
+def _load_libc() -> Optional[ctypes.CDLL]:
   try:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    fn = libc.mallinfo2
-  except (OSError, AttributeError):  # not glibc, or glibc < 2.33
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+  except OSError:
+    return None
+
+
+_LIBC = _load_libc()
+
+
+def _load_mallinfo2():
+  fn = getattr(_LIBC, "mallinfo2", None)  # not glibc, or glibc < 2.33
+  if fn is None:
     return None
   fn.restype = _Mallinfo2
   fn.argtypes = []
@@ -65,6 +73,69 @@ def _load_mallinfo2():
 
 
 _MALLINFO2 = _load_mallinfo2()
+
+
+# mallopt's parameter numbers (glibc malloc.h).
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+
+
+def keep_large_buffers(
+  mmap_threshold: int = 16 << 20,
+  trim_threshold: int = 512 << 20,
+  top_pad: int = 64 << 20,
+) -> bool:
+  """Makes glibc's malloc reuse the memory of large buffers instead of
+  mapping fresh pages for each one. Returns False where it cannot (not
+  glibc).
+
+  gRPC allocates a buffer per received message (a 32-frame Atari Step is
+  ~228 KB). Above the mmap threshold (128 KiB until malloc raises it), or
+  after a thread's arena is trimmed back to its top, every such buffer is
+  fresh pages from the kernel: a page fault and a zeroed page per 4 KiB,
+  which a bare gRPC server spends about a quarter of its CPU on. With
+  chunks up to `mmap_threshold` served from the arenas, and
+  `trim_threshold` of free memory at an arena's top kept (plus `top_pad`
+  per growth), the same pages come back message after message. The cost
+  is up to `trim_threshold` of free memory kept per arena."""
+  mallopt = getattr(_LIBC, "mallopt", None)
+  if mallopt is None:  # not glibc
+    return False
+  mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+  return all(
+    mallopt(param, value) == 1
+    for param, value in (
+      (_M_MMAP_THRESHOLD, mmap_threshold),
+      (_M_TRIM_THRESHOLD, trim_threshold),
+      (_M_TOP_PAD, top_pad),
+    )
+  )
+
+
+# What keep_large_buffers sets, as the environment and glibc's tunables
+# name it.
+_USER_SETTINGS = (
+  "MALLOC_MMAP_THRESHOLD_",
+  "MALLOC_TRIM_THRESHOLD_",
+  "MALLOC_TOP_PAD_",
+)
+_USER_TUNABLES = (
+  "glibc.malloc.mmap_threshold",
+  "glibc.malloc.trim_threshold",
+  "glibc.malloc.top_pad",
+)
+
+
+def malloc_left_to_user(environ: Mapping[str, str]) -> bool:
+  """Whether `environ` turns keep_large_buffers off: SEED_RL_KEEP_LARGE_
+  BUFFERS=0, or one of the three settings it makes already chosen by the
+  user (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_, or
+  GLIBC_TUNABLES naming them), which a later mallopt would override."""
+  tunables = environ.get("GLIBC_TUNABLES", "")
+  return (
+    environ.get("SEED_RL_KEEP_LARGE_BUFFERS", "1") == "0"
+    or any(k in environ for k in _USER_SETTINGS)
+    or any(t in tunables for t in _USER_TUNABLES)
+  )
 
 
 def malloc_mib() -> Optional[Dict[str, float]]:

@@ -1,6 +1,8 @@
 """The learner's memory: RSS split into malloc's live and kept bytes, and the
 start-up objects frozen out of the cyclic GC once training runs."""
 
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -165,3 +167,48 @@ def test_summaries_of_ever_new_values_leave_no_native_memory(tmp_path):
   grown = memory.malloc_mib()["in_use"] - before
   writer.close()
   assert grown < 1.0, f"{grown:.2f} MiB kept by 12,000 summary values"
+
+
+_MAPPED_PROBE = """
+from seed_rl.common import memory
+def mapped_by(mib):
+  before = memory._MALLINFO2().hblkhd
+  block = bytearray(int(mib * (1 << 20)))
+  grown = memory._MALLINFO2().hblkhd - before
+  del block
+  return grown > 0
+# Freeing a mapped chunk raises malloc's own threshold to its size, so
+# each probe is larger than the last: 15.5 MiB would be mapped untuned.
+print(mapped_by(14), mapped_by(15), memory.keep_large_buffers(), mapped_by(15.5))
+"""
+
+
+@needs_glibc
+def test_keep_large_buffers_serves_message_sized_buffers_from_the_heap():
+  # A fresh interpreter: mallopt's settings last for the whole process.
+  out = subprocess.run(
+    [sys.executable, "-c", _MAPPED_PROBE],
+    capture_output=True,
+    text=True,
+    timeout=60,
+    check=True,
+  ).stdout.split()
+  # Mapped fresh by default (malloc's threshold below each probe), from
+  # the heap once the threshold is 16 MiB.
+  assert out == ["True", "True", "True", "False"]
+
+
+@pytest.mark.parametrize(
+  "environ, left",
+  [
+    ({}, False),
+    ({"SEED_RL_KEEP_LARGE_BUFFERS": "1", "PATH": "/bin"}, False),
+    ({"SEED_RL_KEEP_LARGE_BUFFERS": "0"}, True),
+    ({"MALLOC_TRIM_THRESHOLD_": "1048576"}, True),
+    ({"MALLOC_ARENA_MAX": "2"}, False),  # not one of the three it sets
+    ({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=65536"}, True),
+    ({"GLIBC_TUNABLES": "glibc.rtld.nns=2"}, False),
+  ],
+)
+def test_the_user_can_keep_mallocs_settings(environ, left):
+  assert memory.malloc_left_to_user(environ) is left
