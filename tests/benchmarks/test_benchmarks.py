@@ -516,3 +516,32 @@ def test_grpc_aio_floor_counts_messages_and_server_cpu(capsys):
   assert row["streams"] == 2 and row["envs_per_message"] == 32
   assert row["message_bytes"] > 32 * 84 * 84
   assert row["messages_per_s"] > 0 and row["server_cpu_us_per_message"] > 0
+
+
+def test_grpc_aio_floor_measures_the_thread_pool_server_too(capsys):
+  bench = _benchmark_module("grpc_aio_floor")
+  args = ["--streams", "2", "--seconds", "1", "--warmup", "1"]
+  assert bench.main([*args, "--server", "sync"]) == 0
+  row = json.loads(capsys.readouterr().out)
+  assert row["server"] == "sync" and row["streams"] == 2
+  assert row["messages_per_s"] > 0 and row["server_cpu_us_per_message"] > 0
+
+
+def test_grpc_aio_floor_measures_grpcs_cpp_server(capsys):
+  bench = _benchmark_module("grpc_aio_floor")
+  args = ["--streams", "2", "--seconds", "1", "--warmup", "1"]
+  rc = bench.main([*args, "--server", "cpp"])
+  if rc == 77:
+    pytest.skip(capsys.readouterr().err.strip())
+  assert rc == 0
+  row = json.loads(capsys.readouterr().out)
+  assert row["server"] == "cpp" and row["streams"] == 2
+  assert row["messages_per_s"] > 0 and row["server_cpu_us_per_message"] > 0
+
+
+def test_grpc_aio_floor_skips_naming_what_the_cpp_server_needs(capsys):
+  bench = _benchmark_module("grpc_aio_floor")
+  rc = bench.main(["--server", "cpp", "--cxx", "/nonexistent/c++"])
+  assert rc == 77
+  err = capsys.readouterr().err
+  assert "/nonexistent/c++" in err or "libgrpc++-dev" in err
