@@ -23,7 +23,8 @@ with bindings on top, in `ROOT/<L>/`); every seed found there is one run. `repor
   human-normalised scale (defined for every game, Double Dunk's negative
   scores included: how much of CleanRL's progress over random play);
 - `hns`: human-normalised score (seed_rl.atari.scores);
-- `noop30`: the final checkpoint's greedy and sampled scores (10 episodes);
+- `noop30`: the final checkpoint's greedy and sampled scores (10 episodes,
+  one env each, played side by side);
 - `policy_lag`: the median of the learner's `perf/policy_lag` (updates
   between acting and training on a step) over the same minutes: where
   the learner binds (a slow CPU, a large torso) it grows, and with it the
@@ -133,6 +134,9 @@ def evaluate(path: str, mode: str, episodes: int) -> dict:
   """seed_rl.evaluate's JSON line for the run's final checkpoint."""
   cmd = [sys.executable, "-m", "seed_rl.evaluate", "--logdir", path]
   cmd += ["--protocol", "noop30", "--episodes", str(episodes), f"--{mode}"]
+  # One env per episode, stepped in one batch: a policy that stalls plays
+  # every game to the 27,000-step cap, and one env at a time takes 15 min.
+  cmd += ["--num_envs", str(episodes)]
   done = subprocess.run(
     cmd, check=True, capture_output=True, text=True, cwd=ROOT
   )
