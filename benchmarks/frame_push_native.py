@@ -13,7 +13,10 @@ compiled here with `--cc` (-O3, SSE2) and called through ctypes:
 - `native_fused`: the same packed table, shift, write and copy-out in one
   pass over the words;
 - `native_ring`: a frame ring per env (the new frame written once), its
-  planes interleaved into the agent's [84, 84, 4] layout with byte unpacks.
+  planes interleaved into the agent's [84, 84, 4] layout with byte unpacks;
+- `runtime`: `EnvStateTable.stacked` with the package's own compiled push
+  (seed_rl/common/_frame_push.c, built by `pip install`), where it was
+  built; the `numpy` arm turns it off.
 
 Each repeat pushes the next `--envs` envs of a `--table_envs` table, so
 the table is touched as the learner's is (out of cache for thousands of
@@ -38,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from seed_rl.common import env_state  # noqa: E402
 from seed_rl.common.env_state import EnvStateTable  # noqa: E402
 from seed_rl.common.specs import ArraySpec  # noqa: E402
 
@@ -116,6 +120,8 @@ def _measure(lib, n: int, total: int, repeats: int, rounds: int) -> int:
     )
 
   # The native results against NumPy's, on the first rows.
+  built = env_state._NATIVE
+  env_state._NATIVE = None
   before = table.stack[:n].copy()
   want = table.stacked(slice(0, n), frames, out=np.empty_like(out)).copy()
   table.stack[:n] = before
@@ -124,6 +130,11 @@ def _measure(lib, n: int, total: int, repeats: int, rounds: int) -> int:
   ring[:n] = np.moveaxis(before, -1, 1).reshape(n, 4, HW)  # oldest in plane 0
   ring_push(0, 0)  # the oldest plane takes the new frame: newest is plane 0
   assert np.array_equal(out, want)
+  if built is not None:
+    table.stack[:n] = before
+    env_state._NATIVE = built
+    got = table.stacked(slice(0, n), frames, out=np.empty_like(out))
+    assert np.array_equal(got, want) and np.array_equal(table.stack[:n], want)
 
   state = {"lo": 0, "newest": 0}
 
@@ -133,15 +144,18 @@ def _measure(lib, n: int, total: int, repeats: int, rounds: int) -> int:
       state["newest"] = (state["newest"] + 1) & 3
     return state["lo"]
 
-  def numpy_push() -> None:
+  def table_push(native) -> None:
+    env_state._NATIVE = native
     lo = advance()
     table.stacked(slice(lo, lo + n), frames, out=out)
 
   passes = {
-    "numpy": numpy_push,
+    "numpy": lambda: table_push(None),
     "native_fused": lambda: fused(advance()),
     "native_ring": lambda: ring_push(advance(), state["newest"]),
   }
+  if built is not None:
+    passes["runtime"] = lambda: table_push(built)
   times: dict = {k: [] for k in passes}
   for _ in range(rounds):
     for name, fn in passes.items():
@@ -150,6 +164,7 @@ def _measure(lib, n: int, total: int, repeats: int, rounds: int) -> int:
       for _ in range(repeats):
         fn()
       times[name].append((time.perf_counter() - start) / repeats / n * 1e6)
+  env_state._NATIVE = built
   med = {k: float(np.median(v)) for k, v in times.items()}
   print(
     json.dumps(
@@ -159,8 +174,7 @@ def _measure(lib, n: int, total: int, repeats: int, rounds: int) -> int:
         "table_envs": total,
         "us_per_env": {k: round(v, 3) for k, v in med.items()},
         "ratio_to_numpy": {
-          k: round(med[k] / med["numpy"], 3)
-          for k in ("native_fused", "native_ring")
+          k: round(med[k] / med["numpy"], 3) for k in med if k != "numpy"
         },
       }
     )

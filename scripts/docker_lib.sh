@@ -133,9 +133,9 @@ build_images() {  # TAG: builds seed-rl-actor:TAG and seed-rl-learner:TAG
   # file) sends no .venv/ or runs/. BuildKit is off: its `# syntax=` line
   # would pull a frontend image from the registry.
   rm -rf "$ctx" && mkdir -p "$ctx/docker"
-  cp "$ROOT"/pyproject.toml "$ROOT"/constraints.txt "$ROOT"/README.md "$ctx/"
+  cp "$ROOT"/pyproject.toml "$ROOT"/setup.py "$ROOT"/constraints.txt "$ROOT"/README.md "$ctx/"
   cp "$ROOT"/docker/Dockerfile "$ROOT"/docker/constraints-gpu.txt "$ROOT"/docker/compose.yaml "$ctx/docker/"
-  (cd "$ROOT" && tar -c --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' seed_rl) \
+  (cd "$ROOT" && tar -c --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' --exclude='*.so' seed_rl) \
     | tar -C "$ctx" -x
   for target in actor learner; do
     log "building seed-rl-$target:$tag (log: $WORK/build-$target.log)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates ./.venv and installs seed_rl with the learner, test and video
-# extras, once: reruns pip only when pyproject.toml or constraints.txt
-# change. Sourced by run_local.sh and run_tests.sh.
+# extras, once: reruns pip only when pyproject.toml, constraints.txt,
+# setup.py or the C extension's source change. Sourced by run_local.sh and run_tests.sh.
 # Python: $PYTHON if set, else the newest of python3.13 ... python3.10,
 # python3 on PATH that TensorFlow 2.21 supports (3.10 to 3.13). An existing
 # venv keeps its Python. SEED_RL_PICK_PYTHON_ONLY=1 prints the choice and
@@ -32,7 +32,10 @@ if [[ -n "${SEED_RL_PICK_PYTHON_ONLY:-}" ]]; then
 fi
 
 EXTRAS="learner,test,video,bench"
-want="$( (cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt"; echo "$EXTRAS") | sha256sum | cut -d' ' -f1)"
+# setup.py and the C source of its optional extension are in the stamp: an
+# editable install rebuilds the extension only when pip runs again.
+want="$( (cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" "$ROOT/setup.py" \
+  "$ROOT/seed_rl/common/_frame_push.c"; echo "$EXTRAS") | sha256sum | cut -d' ' -f1)"
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]]; then
   if [[ -x "$VENV/bin/python" ]]; then
     echo "[setup] updating $VENV ($("$VENV/bin/python" -V 2>&1))..." >&2

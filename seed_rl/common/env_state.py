@@ -8,6 +8,7 @@ and, for Atari, the frame stack (actors send one 84x84 frame per step).
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Callable, List, Optional, Tuple, Union
 
@@ -15,6 +16,22 @@ import numpy as np
 
 from seed_rl.common.agent_api import CoreState
 from seed_rl.common.specs import ArraySpec
+
+
+def _load_native():
+  """The compiled one-pass push (seed_rl/common/_frame_push.c), or None
+  where it was not built or SEED_RL_NATIVE=0 turns it off (NumPy's passes
+  give the same bytes)."""
+  if os.environ.get("SEED_RL_NATIVE", "1") == "0":
+    return None
+  try:
+    from seed_rl.common import _frame_push
+  except ImportError:
+    return None
+  return _frame_push
+
+
+_NATIVE = _load_native()
 
 # Envs per run of consecutive ids, on average, from which `stacked` pushes
 # packed stacks run by run in place rather than by gather and scatter.
@@ -123,6 +140,15 @@ class EnvStateTable:
     if self._packed and self.stack is not None:
       self._words = self.stack.view(np.uint32)[..., 0]  # [N, H, W], a view
 
+  @property
+  def push_kind(self) -> Optional[str]:
+    """How frames are pushed onto packed stacks: 'compiled' (one pass,
+    seed_rl/common/_frame_push.c), 'numpy' (three passes: the extension
+    was not built or SEED_RL_NATIVE=0), or None (no packed stacks)."""
+    if not self._packed:
+      return None
+    return "numpy" if _NATIVE is None else "compiled"
+
   def refresh_run_ids(
     self, env_ids: EnvIndex, run_ids: np.ndarray
   ) -> Optional[np.ndarray]:
@@ -182,18 +208,15 @@ class EnvStateTable:
       stacked = frames
     elif spans and len(spans) * _MIN_RUN <= max(len(frames), _MIN_RUN):
       # One run, or runs of _MIN_RUN envs on average.
-      self._push_packed(spans, frames)
       if view and len(spans) == 1:
+        self._push_packed(spans, frames, None)
         lo, hi, first = spans[0]
         rows = self.stack[first : first + hi - lo].view()
         rows.flags.writeable = False
         return rows
       if out is None or out.dtype != self.stack.dtype:
         out = np.empty((len(frames),) + self.stack.shape[1:], self.stack.dtype)
-      # Run by run: contiguous copies (a gather by index, np.take with
-      # `out`, buffers and was half the inference thread's time).
-      for lo, hi, first in spans:
-        np.copyto(out[lo:hi], self.stack[first : first + hi - lo])
+      self._push_packed(spans, frames, out)
       return out
     elif self._packed:
       packed = (self._words[env_ids] >> 8) | (frames.astype(np.uint32) << 24)
@@ -212,17 +235,40 @@ class EnvStateTable:
     return out
 
   def _push_packed(
-    self, spans: List[Tuple[int, int, int]], frames: np.ndarray
+    self,
+    spans: List[Tuple[int, int, int]],
+    frames: np.ndarray,
+    out: Optional[np.ndarray],
   ) -> None:
     """Pushes `frames` onto packed stacks, run by run of consecutive envs
-    (`runs`), in place: no gather, scatter or temporaries (a fresh ~1 MB
+    (`runs`), in place, and copies the new stacks into `out` (rows as
+    `frames`') when given: no gather, scatter or temporaries (a fresh ~1 MB
     temporary per call can cost hundreds of page faults, and every pass
     over the stacks is a pass over memory that is rarely in cache)."""
     assert self.stack is not None
+    if (
+      _NATIVE is not None
+      and frames.dtype == np.uint8
+      and frames.flags.c_contiguous
+      and (out is None or out.flags.c_contiguous)
+    ):
+      # One pass per run: each word read once, written to table and out.
+      for lo, hi, first in spans:
+        _NATIVE.push(
+          self._words[first : first + hi - lo],
+          frames[lo:hi],
+          None if out is None else out[lo:hi],
+        )
+      return
     for lo, hi, first in spans:
       words = self._words[first : first + hi - lo]
       np.right_shift(words, 8, out=words)
       self.stack[first : first + hi - lo, ..., -1] = frames[lo:hi]
+    if out is not None:
+      # Run by run: contiguous copies (a gather by index, np.take with
+      # `out`, buffers and was half the inference thread's time).
+      for lo, hi, first in spans:
+        np.copyto(out[lo:hi], self.stack[first : first + hi - lo])
 
 
 def stacked_observation_spec(spec: ArraySpec, frame_stack: int) -> ArraySpec:

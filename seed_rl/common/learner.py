@@ -92,6 +92,13 @@ class Learner:
       agent.initial_core_state,
       self.config.frame_stack,
     )
+    if self.state.push_kind == "numpy":
+      metrics_lib.log(
+        "[learner] frame stacks are pushed with NumPy: the compiled push "
+        "(seed_rl.common._frame_push) was not built (no C compiler or "
+        "Python headers at install) or SEED_RL_NATIVE=0 turned it off; "
+        "same results, more CPU per step"
+      )
     # Frame-stacked observations go into unrolls as frames, each once (a
     # k-fold saving of the unrolls' memory and of what training is handed);
     # `_record_step` rebuilds stacks for agents that train on stacks.

@@ -145,6 +145,8 @@ def test_dockerfile_copy_sources_exist_and_enter_the_context():
     "seed_rl/atari/gin/r2d2.gin",
     "seed_rl/grpc/seed_rl.proto",
     "pyproject.toml",
+    "setup.py",
+    "seed_rl/common/_frame_push.c",
     "constraints.txt",
   ):
     assert os.path.exists(os.path.join(ROOT, kept)), kept
@@ -156,6 +158,8 @@ def test_dockerfile_copy_sources_exist_and_enter_the_context():
     "runs/x/checkpoints",
     ".git/config",
     "seed_rl/__pycache__/registry.cpython-311.pyc",
+    # the host's build of the extension: the image compiles its own
+    "seed_rl/common/_frame_push.cpython-311-x86_64-linux-gnu.so",
   ):
     assert _dockerignore_excludes(dropped), dropped
 
@@ -167,7 +171,8 @@ def _pip_install_args(stage: str) -> List[List[str]]:
   for ins in _stage_chain(_stages(), stage):
     if ins["instruction"] != "RUN" or "pip install" not in ins["value"]:
       continue
-    words = shlex.split(ins["value"].split("&&")[0])
+    command = [c for c in ins["value"].split("&&") if "pip install" in c][0]
+    words = shlex.split(command)
     words = words[words.index("install") + 1 :]
     args = []
     for w in words:

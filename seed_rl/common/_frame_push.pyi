@@ -1,0 +1,8 @@
+# Types of the optional C extension built from _frame_push.c.
+from typing import Optional
+
+from typing_extensions import Buffer
+
+def push(
+  words: Buffer, frames: Buffer, out: Optional[Buffer] = None
+) -> None: ...
