@@ -7,7 +7,8 @@ stacking (common/env_state.py, learner.py): push each env's new 84x84
 frame onto its stack and hand `act` the stacks, and copy the frame into
 its unroll slot. Each pass is timed alone on one actor's batch, and the
 whole push as the runtime runs it (`EnvStateTable.stacked(..., view=True)`
-plus the slot copy). For comparison, the passes of a table that keeps the
+plus the slot copy; `push_kind` says whether that was the compiled push or
+NumPy's passes). For comparison, the passes of a table that keeps the
 newest frame in the low byte, which must be copied out byte-swapped into
 the agent's layout: shift, OR of the widened frame, swapped copy; and of a
 frame ring (each env's last k frames as planes [k, 84, 84], the newest
@@ -90,6 +91,7 @@ def main(argv=None) -> None:
   result = {
     "benchmark": "frame_push",
     "envs": n,
+    "push_kind": table.push_kind,  # runtime_push: 'compiled' or 'numpy'
     "us_per_env": {
       "runtime_push": _per_env_us(runtime_push, n, r),
       "shift": _per_env_us(lambda: np.right_shift(words, 8, out=words), n, r),

@@ -483,6 +483,7 @@ def test_frame_push_times_every_layout_per_env(capsys):
   _benchmark_module("frame_push").main(["--envs", "4", "--repeats", "3"])
   row = json.loads(capsys.readouterr().out)
   assert row["benchmark"] == "frame_push" and row["envs"] == 4
+  assert row["push_kind"] in ("compiled", "numpy")
   assert {"runtime_push", "ring_push_transpose", "ring_push_channels"} <= set(
     row["us_per_env"]
   )
