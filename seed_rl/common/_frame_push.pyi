@@ -3,6 +3,10 @@ from typing import Optional
 
 from typing_extensions import Buffer
 
-def push(
-  words: Buffer, frames: Buffer, out: Optional[Buffer] = None
+def push_runs(
+  words: Buffer,
+  frames: Buffer,
+  out: Optional[Buffer],
+  runs: Buffer,
+  hw: int,
 ) -> None: ...

@@ -252,13 +252,14 @@ class EnvStateTable:
       and frames.flags.c_contiguous
       and (out is None or out.flags.c_contiguous)
     ):
-      # One pass per run: each word read once, written to table and out.
-      for lo, hi, first in spans:
-        _NATIVE.push(
-          self._words[first : first + hi - lo],
-          frames[lo:hi],
-          None if out is None else out[lo:hi],
-        )
+      # One pass: each word read once, written to table and out.
+      _NATIVE.push_runs(
+        self._words,
+        frames,
+        out,
+        np.array(spans, np.int64),
+        self._words[0].size,
+      )
       return
     for lo, hi, first in spans:
       words = self._words[first : first + hi - lo]

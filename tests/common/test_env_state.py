@@ -120,43 +120,64 @@ def test_only_four_uint8_frames_are_packed():
 needs_native = pytest.mark.skipif(_frame_push is None, reason="not built")
 
 
+def _runs(*triples):
+  return np.array(triples, np.int64).reshape(-1, 3)
+
+
 @needs_native
-def test_push_is_one_pass_of_shift_and_write():
+def test_push_runs_is_one_pass_of_shift_and_write_per_run():
   rng = np.random.default_rng(2)
-  words = rng.integers(0, 2**32, 50, dtype=np.uint32)
-  frames = rng.integers(0, 256, 50, dtype=np.uint8)
-  want = (words >> 8) | (frames.astype(np.uint32) << 24)
-  out = np.zeros_like(words)
-  _frame_push.push(words, frames, out)
-  np.testing.assert_array_equal(words, want)
-  np.testing.assert_array_equal(out, want)
-  _frame_push.push(words, frames)  # out is optional
-  np.testing.assert_array_equal(
-    words, (want >> 8) | (frames.astype(np.uint32) << 24)
-  )
+  hw = 5
+  table = rng.integers(0, 2**32, (6, hw), dtype=np.uint32)
+  frames = rng.integers(0, 256, (4, hw), dtype=np.uint8)
+  runs = _runs((0, 1, 4), (1, 4, 0))  # frame 0 -> env 4, 1..3 -> envs 0..2
+  envs = [4, 0, 1, 2]
+  want = table.copy()
+  want[envs] = (table[envs] >> 8) | (frames.astype(np.uint32) << 24)
+  out = np.zeros((4, hw), np.uint32)
+  assert _frame_push is not None
+  _frame_push.push_runs(table, frames, out, runs, hw)
+  np.testing.assert_array_equal(table, want)
+  np.testing.assert_array_equal(out, want[envs])
+  _frame_push.push_runs(table, frames, None, _runs((1, 2, 3)), hw)  # no out
+  want[3] = (want[3] >> 8) | (frames[1].astype(np.uint32) << 24)
+  np.testing.assert_array_equal(table, want)
+  _frame_push.push_runs(table, frames, None, _runs(), hw)  # no runs
+  np.testing.assert_array_equal(table, want)
 
 
 @needs_native
-def test_push_refuses_buffers_that_do_not_fit():
-  words = np.zeros(8, np.uint32)
-  frames = np.zeros(8, np.uint8)
-  with pytest.raises(ValueError, match="4 bytes per frame byte: 32 bytes .* 7"):
-    _frame_push.push(words, frames[:7])
+def test_push_runs_refuses_what_does_not_fit_and_writes_nothing():
+  assert _frame_push is not None
+  push = _frame_push.push_runs
+  table = np.zeros((3, 4), np.uint32)
+  frames = np.full((2, 4), 9, np.uint8)
+  for runs, match in [
+    (_runs((0, 2, 2)), r"run 0 \(lo 0, hi 2, first 2\) does not fit.*<= 3"),
+    (_runs((0, 1, 0), (1, 3, 0)), r"run 1 \(lo 1, hi 3, first 0\)"),
+    (_runs((1, 0, 0)), "run 0"),
+    (_runs((0, 1, -1)), "run 0"),
+    (np.zeros(4, np.int64), "int64 triples"),
+  ]:
+    with pytest.raises(ValueError, match=match):
+      push(table, frames, None, runs, 4)
+  with pytest.raises(ValueError, match="hw .* must be > 0 and divide"):
+    push(table, frames, None, _runs((0, 1, 0)), 3)
   with pytest.raises(
-    ValueError, match="as large as words: 28 bytes against 32"
+    ValueError, match="4 bytes per frame byte: 16 bytes for 8"
   ):
-    _frame_push.push(words, frames, np.zeros(7, np.uint32))
+    push(table, frames, np.zeros(4, np.uint32), _runs((0, 1, 0)), 4)
   with pytest.raises(ValueError, match="4-byte aligned"):
-    _frame_push.push(words.view(np.uint8)[1:29], frames[:7])
+    push(table.view(np.uint8).ravel()[1:33], frames[:1], None, _runs(), 4)
   with pytest.raises(TypeError, match="argument 1 must be read-write"):
-    _frame_push.push(np.zeros(16, np.uint32)[::2], frames)
-  readonly = words.copy()
+    push(np.zeros((3, 8), np.uint32)[:, ::2], frames, None, _runs(), 4)
+  readonly = table.copy()
   readonly.flags.writeable = False
   with pytest.raises(TypeError, match="argument 1 must be read-write"):
-    _frame_push.push(readonly, frames)
+    push(readonly, frames, None, _runs(), 4)
   with pytest.raises((BufferError, ValueError), match="contiguous|writable"):
-    _frame_push.push(words, frames, np.zeros(16, np.uint32)[::2])
-  np.testing.assert_array_equal(words, 0)  # nothing written on refusal
+    push(table, frames, np.zeros((2, 8), np.uint32)[:, ::2], _runs(), 4)
+  np.testing.assert_array_equal(table, 0)  # nothing written on refusal
 
 
 def test_seed_rl_native_0_turns_the_compiled_push_off(monkeypatch):
