@@ -139,6 +139,7 @@ class EnvStateTable:
     )
     if self._packed and self.stack is not None:
       self._words = self.stack.view(np.uint32)[..., 0]  # [N, H, W], a view
+      self._pixels = int(np.prod(self._words.shape[1:]))  # H * W
 
   @property
   def push_kind(self) -> Optional[str]:
@@ -258,7 +259,7 @@ class EnvStateTable:
         frames,
         out,
         np.array(spans, np.int64),
-        self._words[0].size,
+        self._pixels,
       )
       return
     for lo, hi, first in spans:
