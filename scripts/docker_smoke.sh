@@ -61,6 +61,16 @@ ctx="$WORK/context"
 docker run --rm --entrypoint python "seed-rl-actor:$TAG" -c \
   'import importlib.util as u, sys; sys.exit(u.find_spec("tensorflow") is not None)' \
   || fail "the actor image has TensorFlow"
+# The learner runs from the source tree in its WORKDIR: the compiled frame
+# push must be there, or Atari learners push frames with NumPy: allowed
+# only where the build could not fetch a compiler with apt.
+push=$(docker run --rm --entrypoint python "seed-rl-learner:$TAG" -c \
+  'from seed_rl.common import env_state; print("compiled" if env_state._NATIVE else "numpy")') \
+  || fail "the learner image cannot import seed_rl.common.env_state"
+log "learner image frame push: $push"
+if [[ "$push" != compiled ]] && ! grep -qx "frame push: no compiler (apt failed), NumPy instead" "$WORK/build-learner.log"; then
+  fail "the learner image pushes frames with NumPy although its build reached a compiler: $(grep '^frame push:' "$WORK/build-learner.log" | tail -1)"
+fi
 
 # --- two containers, TLS + token ---------------------------------------------
 bash "$ROOT/scripts/make_certs.sh" "$WORK/certs" learner >/dev/null
