@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 from seed_rl.common.learner import PROFILED_SECTIONS, Learner, LearnerConfig
-from seed_rl.common.specs import ArraySpec
+from seed_rl.common.specs import ArraySpec, StepBatch
 from tests.support.recording_agent import RecordingAgent, step_batch
 
 
@@ -178,3 +178,82 @@ def test_profiler_counts_sections_and_ticks_only_when_given():
   (tick,) = profiler.ticks
   assert tick["env_steps"] == 6 and "training_cpu_s" in tick
   assert set(profiler.summary()) == {"cpu_s", "steady_state"}
+
+
+def _atari_like_batch(env_ids, run_id, frames, starts):
+  k = len(env_ids)
+  return StepBatch(
+    env_ids=np.asarray(env_ids, np.int32),
+    run_ids=np.full(k, run_id, np.int64),
+    reward=np.ones(k, np.float32),
+    terminated=np.asarray(starts),
+    truncated=np.zeros(k, bool),
+    observation=frames,
+    final_observation=np.zeros((0,) + frames.shape[1:], np.uint8),
+    episode_return=np.zeros(0, np.float32),
+    episode_length=np.zeros(0, np.int32),
+  )
+
+
+def test_merged_messages_in_any_order_give_the_stacks_and_unrolls_of_one_by_one():
+  """Four actors of three envs, 4 uint8 frames stacked: inference calls of
+  several messages in shuffled order give every env the stacks and the
+  unrolls that the same messages give one per call, episode starts and a
+  restart included."""
+  frame = (3, 5)
+  spec = ArraySpec(frame, "uint8")
+  act = ArraySpec((), "int32", num_values=2)
+
+  def make():
+    agent = RecordingAgent(spec, act, 12)
+    return Learner(agent, spec, act, 12, 0, LearnerConfig(frame_stack=4)), agent
+
+  merged, merged_agent = make()
+  single, single_agent = make()
+  rng = np.random.default_rng(3)
+  seen = {"merged": {}, "single": {}}
+  for t in range(40):
+    batches = []
+    for actor in range(4):
+      ids = list(range(3 * actor, 3 * actor + 3))
+      run_id = 2 if (actor == 1 and t >= 17) else 1  # actor 1 restarts
+      frames = rng.integers(0, 256, (3,) + frame, dtype=np.uint8)
+      starts = (rng.random(3) < 0.1).tolist()
+      batches.append(_atari_like_batch(ids, run_id, frames, starts))
+    order = rng.permutation(4)
+    calls = [[batches[i] for i in order[:2]], [batches[i] for i in order[2:]]]
+    if t % 3 == 0:
+      calls = [[batches[i] for i in order]]
+    for call in calls:
+      for b, a in zip(call, merged._infer(call)):
+        np.testing.assert_array_equal(a, b.env_ids % 2)
+    for b in batches:
+      single._infer([b])
+    for name, agent in (("merged", merged_agent), ("single", single_agent)):
+      for c in agent.calls:
+        for row, env in enumerate(c.env_ids.tolist()):
+          seen[name].setdefault(env, []).append(c.observation[row].copy())
+      agent.calls.clear()
+  for env in range(12):
+    np.testing.assert_array_equal(
+      np.stack(seen["merged"][env]), np.stack(seen["single"][env])
+    )
+
+  def by_env(agent):
+    rows = {}
+    for unroll in agent.unrolls:
+      for i, env in enumerate(unroll.env_ids.tolist()):
+        rows.setdefault(env, []).append(
+          (unroll.observation[i].copy(), unroll.reward[i].copy())
+        )
+    return rows
+
+  got, want = by_env(merged_agent), by_env(single_agent)
+  assert sorted(got) == sorted(want) == list(range(12))
+  for env in range(12):
+    assert len(got[env]) == len(want[env]) > 5
+    for (obs_a, rew_a), (obs_b, rew_b) in zip(got[env], want[env]):
+      np.testing.assert_array_equal(obs_a, obs_b)
+      np.testing.assert_array_equal(rew_a, rew_b)
+  merged.shutdown()
+  single.shutdown()
