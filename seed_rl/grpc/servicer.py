@@ -56,6 +56,7 @@ from seed_rl.grpc import errors
 from seed_rl.grpc import protocol
 from seed_rl.grpc import seed_rl_pb2
 from seed_rl.grpc import validation
+from seed_rl.grpc import wire_template
 from seed_rl.grpc.sessions import Rejection, Session, SessionRegistry
 
 
@@ -84,6 +85,13 @@ def _parse(message_class, request):
     ) from None
 
 
+def _step_response_wire(response) -> bytes:
+  """Step's responses are built as wire bytes (wire_template.ResponseEncoder)."""
+  if isinstance(response, bytes):
+    return response
+  return response.SerializeToString()
+
+
 def handlers(servicer: "Servicer") -> grpc.GenericRpcHandler:
   """The SeedRL service with raw-bytes requests, parsed by the servicer.
 
@@ -99,7 +107,7 @@ def handlers(servicer: "Servicer") -> grpc.GenericRpcHandler:
       ),
       "Step": grpc.stream_stream_rpc_method_handler(
         servicer.Step,
-        response_serializer=seed_rl_pb2.StepResponse.SerializeToString,
+        response_serializer=_step_response_wire,
       ),
     },
   )
@@ -261,6 +269,7 @@ class Servicer:
     self._action_spec = action_spec
     self._action_shape = tuple(action_spec.shape)
     self._action_dtype = np.dtype(action_spec.dtype)
+    self._responses = wire_template.ResponseEncoder()
     self._handler = handler
     self._on_disconnect = getattr(handler, "on_disconnect", None)
     self._hello_specs = (
@@ -468,7 +477,8 @@ class Servicer:
     return response
 
   # ----------------------------------------------------------------- Step --
-  def _actions_to_response(self, actions, k: int) -> seed_rl_pb2.StepResponse:
+  def _actions_to_response(self, actions, k: int) -> bytes:
+    """The StepResponse's wire bytes (gRPC sends bytes as they are)."""
     actions = np.asarray(actions)
     expected = (k,) + self._action_shape
     if actions.shape != expected or not np.can_cast(
@@ -479,15 +489,14 @@ class Servicer:
         f"{list(actions.shape)}, expected {self._action_dtype.name} "
         f"{list(expected)}"
       )
-    response = seed_rl_pb2.StepResponse()
-    codec.fill_tensor(
-      response.action, actions.astype(self._action_dtype, copy=False), "action"
+    return self._responses.encode(
+      np.ascontiguousarray(actions, self._action_dtype)
     )
-    return response
 
   def _check(self, request, session: Session):
-    """The parsed request's batch, or the cached response of a batch resent
-    after a reconnect (exactly once: it was already stored and acted on)."""
+    """(sequence, batch, None) of a request, or (sequence, None, cached
+    response) of a batch resent after a reconnect (exactly once: it was
+    already stored and acted on)."""
     if session.superseded:
       raise Rejection(
         grpc.StatusCode.ABORTED,
@@ -510,10 +519,17 @@ class Servicer:
         f"{self._observation_spec.dtype} {list(self._observation_spec.shape)}"
         f" can take",
       )
-    request = _parse(seed_rl_pb2.StepRequest, request)
+    fast = wire_template.check_wire(
+      request, self._observation_spec, session, self._limits
+    )
+    if fast is not None:
+      sequence, batch = fast
+      cached = self.registry.replay(session.actor_id, sequence)
+      return sequence, (batch if cached is None else None), cached
+    wire, request = request, _parse(seed_rl_pb2.StepRequest, request)
     cached = self.registry.replay(session.actor_id, request.sequence)
     if cached is not None:
-      return request, None, cached
+      return request.sequence, None, cached
     try:
       batch = validation.check_step_request(
         request,
@@ -525,7 +541,8 @@ class Servicer:
       )
     except ValueError as e:
       raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
-    return request, batch, None
+    wire_template.remember(wire, batch, session)
+    return request.sequence, batch, None
 
   def _answer(self, batch: StepBatch, session: Session, sequence: int):
     """A future of the response to `batch`. A client whose stream failed
@@ -583,11 +600,11 @@ class Servicer:
 
   async def _serve_one(self, request, session: Session):
     """Returns the response to one request; Rejection ends the stream."""
-    request, batch, cached = self._check(request, session)
+    sequence, batch, cached = self._check(request, session)
     if cached is not None:
       return cached
     try:
-      response = await self._answer(batch, session, request.sequence)
+      response = await self._answer(batch, session, sequence)
     except ValueError as e:  # the handler refused the batch's contents
       raise Rejection(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
     except errors.ServiceStopping as e:

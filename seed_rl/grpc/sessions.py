@@ -73,6 +73,12 @@ class Session:
   expected_layout: Any = dataclasses.field(
     default=None, init=False, repr=False, compare=False
   )
+  # The bytes of its usual StepRequest, learned from one that passed
+  # (wire_template.py owns its contents); later ones are read without a
+  # protobuf parse when they match.
+  wire_template: Any = dataclasses.field(
+    default=None, init=False, repr=False, compare=False
+  )
 
   def __post_init__(self):
     self.env_ids_bytes = np.arange(

@@ -223,7 +223,7 @@ def check_step_request(
   Raises:
     ValueError naming the field and what was expected.
   """
-  layout = _layout_of(session, observation_spec, limits)
+  layout = layout_of(session, observation_spec, limits)
   batch = _check_fast(request, layout, session)
   if batch is not None:
     return batch
@@ -514,7 +514,7 @@ def _build_layout(
   )
 
 
-def _layout_of(
+def layout_of(
   session: Session, observation_spec: ArraySpec, limits: ValueLimits
 ) -> _Layout:
   layout = session.expected_layout

@@ -169,7 +169,7 @@ def test_life_lost_round_trips_and_is_absent_when_not_set():
   np.testing.assert_array_equal(batch.life_lost, flags)
   # The fast path leaves such messages to the detailed checks.
   sess = _session()
-  layout = validation._layout_of(sess, OBS, validation.ValueLimits())
+  layout = validation.layout_of(sess, OBS, validation.ValueLimits())
   assert validation._check_fast(request, layout, sess) is None
 
 

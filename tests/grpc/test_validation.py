@@ -86,7 +86,7 @@ def make_request(
 def both_paths(request, spec):
   """(the fast path's batch or None, the detailed checks' batch or error)."""
   sess, limits = session(), validation.ValueLimits()
-  layout = validation._layout_of(sess, spec, limits)
+  layout = validation.layout_of(sess, spec, limits)
   fast = validation._check_fast(request, layout, sess)
   try:
     detailed = validation._check_in_detail(
