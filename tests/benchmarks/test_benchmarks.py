@@ -551,3 +551,20 @@ def test_grpc_aio_floor_skips_naming_what_the_cpp_server_needs(capsys):
   assert rc == 77
   err = capsys.readouterr().err
   assert "/nonexistent/c++" in err or "libgrpc++-dev" in err
+
+
+@pytest.mark.parametrize("obs", ["atari", "cartpole"])
+def test_wire_decode_times_both_readings_of_the_same_messages(capsys, obs):
+  bench = _benchmark_module("wire_decode")
+  args = ["--obs", obs, "--envs", "1", "4", "--repeats", "20", "--rounds", "1"]
+  assert bench.main(args) == 0
+  rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  assert [row["envs_per_message"] for row in rows] == [1, 4]
+  for row in rows:
+    assert set(row["us_per_message"]) == {
+      "parse",
+      "template",
+      "response_serialized",
+      "response_prefix",
+    }
+    assert all(us > 0 for us in row["us_per_message"].values())
