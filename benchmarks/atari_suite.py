@@ -23,6 +23,9 @@ with bindings on top, in `ROOT/<L>/`); every seed found there is one run. `repor
   human-normalised scale (defined for every game, Double Dunk's negative
   scores included: how much of CleanRL's progress over random play);
 - `hns`: human-normalised score (seed_rl.atari.scores);
+- `cleanrl_emulator`: the emulator CleanRL's curve ran on (the runs here:
+  ale-py 0.12.1), and `emulator_effect` where the same agent was seen to
+  learn differently on the two (references.EMULATOR_EFFECTS);
 - `noop30`: the final checkpoint's greedy and sampled scores (10 episodes,
   one env each, played side by side);
 - `policy_lag`: the median of the learner's `perf/policy_lag` (updates
@@ -71,6 +74,7 @@ sys.path.insert(0, ROOT)
 
 from compare_reference import compare, read_run  # noqa: E402
 from plot_curves import read_curve, reference_to  # noqa: E402
+from references import CLEANRL_EMULATOR, EMULATOR_EFFECTS  # noqa: E402
 from references import Reference, atari5_median, named  # noqa: E402
 
 SUITES: Dict[str, List[str]] = {
@@ -218,6 +222,9 @@ def report(root: str, config: str, suite: str, minutes: float) -> List[dict]:
         print(f"[suite] {path}: {e}", file=sys.stderr)
     line: Dict[str, Any] = {"game": game, "config": config}
     line.update(seeds=len(rows), runs=rows)
+    line["cleanrl_emulator"] = CLEANRL_EMULATOR[game]
+    if game in EMULATOR_EFFECTS:
+      line["emulator_effect"] = EMULATOR_EFFECTS[game]
     keys = ("agent_steps", "return_last100", "ratio", "hns", "hns_cleanrl")
     for key in keys + ("hns_ratio",):
       line[f"mean_{key}"] = _mean(rows, key)
@@ -244,6 +251,9 @@ def report(root: str, config: str, suite: str, minutes: float) -> List[dict]:
       (line["mean_hns_ratio"] or 0) >= 1 for line in played
     ),
     "median_hns": median("mean_hns"),
+    # Games where the same agent learned differently on CleanRL's emulator:
+    # their ratio measures the emulators as much as the agent.
+    "emulator_effects": [g for g in SUITES[suite] if g in EMULATOR_EFFECTS],
   }
   if suite == "atari5" and len(hns_by_game) == len(SUITES[suite]):
     summary["atari5_median"] = _round(atari5_median(hns_by_game), 4)

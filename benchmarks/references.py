@@ -93,6 +93,31 @@ CLEANRL_PPO_ATARI: Dict[str, Dict[float, float]] = {
   },
 }  # fmt: skip
 
+# The emulator under each CleanRL curve. This project's actors run ale-py
+# 0.12.1 (seed_rl/atari/env.py); no game's frames are identical between
+# the two under the same actions (benchmarks/emulator_parity.py), so every
+# comparison crosses emulators, and where learning itself was seen to
+# differ by emulator, EMULATOR_EFFECTS says so.
+ENVPOOL = "envpool 0.8.4 (ALE 0.7.5)"  # ppo_atari_envpool_xla_jax_truncation
+CLEANRL_EMULATOR: Dict[str, str] = {
+  game: ENVPOOL for game in CLEANRL_PPO_ATARI
+} | {
+  # ppo_atari.py's docs curves: CleanRL's pyproject.toml pins ale-py
+  # 0.7.4 for its `atari` extra.
+  "pong": "ale-py 0.7.4",
+  "beam_rider": "ale-py 0.7.4",
+}
+# game: what the same agent did on the reference's emulator and on ale-py
+# 0.12.1 (benchmarks/RESULTS.md, the Atari-5 section).
+EMULATOR_EFFECTS: Dict[str, str] = {
+  "battle_zone": (
+    "on envpool 0.8.4 the accelerator overlay (1.01x at 0.7M agent "
+    "steps, one seed) and SB3's PPO follow CleanRL's curve; on ale-py "
+    "0.12.1 neither left random play by 0.5-0.73M (two seeds of the "
+    "overlay, one of SB3)"
+  ),
+}
+
 # agent steps: CleanRL's median human-normalised score over the 57 games.
 CLEANRL_MEDIAN_HNS_57: Dict[float, float] = {
   0.5e6: 0.083, 1e6: 0.147, 2e6: 0.277, 3e6: 0.321, 4e6: 0.430,

@@ -391,7 +391,7 @@ def _safe_last_bytes(dtype: np.dtype, bound: float) -> bytes:
   return bytes(np.flatnonzero(ok).tolist())
 
 
-def _all_within(payload: bytes, itemsize: int, safe_last_bytes: bytes) -> bool:
+def all_within(payload: bytes, itemsize: int, safe_last_bytes: bytes) -> bool:
   """Whether every float in `payload` ends in one of `safe_last_bytes`."""
   return not payload[itemsize - 1 :: itemsize].translate(None, safe_last_bytes)
 
@@ -581,14 +581,14 @@ def _values_within(
   """Rewards, and float or bool observations, are finite and within limits
   (bool ones hold only 0 and 1) by their last bytes."""
   reward, observation, final_observation = payloads[2], payloads[5], payloads[6]
-  if not _all_within(reward, _F32.itemsize, layout.safe_reward):
+  if not all_within(reward, _F32.itemsize, layout.safe_reward):
     return False
   safe = layout.safe_observation
   if safe is None:  # integer observations: any value is valid
     return True
   itemsize = layout.observation_dtype.itemsize
-  return _all_within(observation, itemsize, safe) and (
-    not num_truncated or _all_within(final_observation, itemsize, safe)
+  return all_within(observation, itemsize, safe) and (
+    not num_truncated or all_within(final_observation, itemsize, safe)
   )
 
 

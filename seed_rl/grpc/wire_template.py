@@ -175,7 +175,7 @@ def decode(
       return None
   layout = template.layout
   reward = wire[slice(*template.reward)]
-  if reward[3::4].translate(None, layout.safe_reward):
+  if not validation.all_within(reward, 4, layout.safe_reward):
     return None
   start, stop = template.observation
   dtype = layout.observation_dtype
@@ -185,8 +185,8 @@ def decode(
     # of a multi-byte dtype would be misaligned here.
     observation: Any = wire[start:stop]
     itemsize = dtype.itemsize
-    if safe is not None and observation[itemsize - 1 :: itemsize].translate(
-      None, safe
+    if safe is not None and not validation.all_within(
+      observation, itemsize, safe
     ):
       return None
     start = 0

@@ -2,6 +2,7 @@
 compare_reference.py."""
 
 from tests.support import ROOT
+import itertools
 import json
 import os
 import subprocess
@@ -386,6 +387,12 @@ def test_atari_suite_reports_each_game_against_cleanrl_and_the_regression(
     _benchmark_module("references").atari5_median(hns), 4
   )
   assert summary["atari5_median_cleanrl"] > 0
+  # Every line names the emulator CleanRL's curve ran on; Battle Zone,
+  # which learned differently on the two, says so and is listed.
+  assert {g["cleanrl_emulator"] for g in games} == {"envpool 0.8.4 (ALE 0.7.5)"}
+  assert "ale-py 0.12.1" in games[0]["emulator_effect"]
+  assert all("emulator_effect" not in g for g in games[1:])
+  assert summary["emulator_effects"] == ["battle_zone"]
   out = tmp_path / "atari5.png"
   assert suite.main(["plot", "--root", str(tmp_path), "--out", str(out)]) == 0
   assert out.stat().st_size > 10_000
@@ -568,3 +575,30 @@ def test_wire_decode_times_both_readings_of_the_same_messages(capsys, obs):
       "response_prefix",
     }
     assert all(us > 0 for us in row["us_per_message"].values())
+
+
+def test_emulator_parity_sees_one_emulator_agree_with_itself_only():
+  bench = _benchmark_module("emulator_parity")
+  actions = bench.action_sequence("random", 6, 500, seed=3)
+  assert actions == bench.action_sequence("random", 6, 500, seed=3)
+  assert len(actions) == 500 and set(actions) == set(range(6))
+  runs = [len(list(group)) for _, group in itertools.groupby(actions)]
+  # Held 1..MAX_HOLD steps each (holds of one action can join into a run).
+  assert max(runs) > 1 and len(runs) >= 500 // bench.MAX_HOLD // 2
+  assert bench.action_sequence("noop", 6, 7, seed=3) == [0] * 7
+  # ale-py against itself: the same game is the same frames throughout.
+  same = bench.compare(
+    [bench.AlePy("pong", 0), bench.AlePy("pong", 0)],
+    bench.action_sequence("random", 6, 200, seed=0),
+  )
+  assert same["reset_frames_equal"] and same["first_differing_step"] is None
+  assert same["differing_fraction"] == 0.0 and same["agent_steps"] == 200
+  assert same["returns"][0] == same["returns"][1]
+  # Two games that share an action set differ from the first frame.
+  other = bench.compare(
+    [bench.AlePy("pong", 0), bench.AlePy("breakout", 0)], [0, 1, 2, 3] * 20
+  )
+  assert not other["reset_frames_equal"]
+  assert (
+    other["first_differing_step"] == 1 and other["differing_fraction"] == 1.0
+  )
