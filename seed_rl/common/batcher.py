@@ -13,12 +13,14 @@ of environments.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
 from typing import (
   Any,
   Callable,
+  ContextManager,
   Deque,
   Generic,
   List,
@@ -96,6 +98,12 @@ class DynamicBatcher(Generic[Request, Result]):
     self.batches_run = 0
     self.requests_served = 0
     self.envs_served = 0
+    # Entered around each batch's on_done calls: a caller that answers
+    # through another thread's queue can hand over one batch's answers at
+    # once instead of one wake-up per request.
+    self.notify_scope: Callable[[], ContextManager[Any]] = (
+      contextlib.nullcontext
+    )
     self._thread = threading.Thread(
       target=self._loop, name="inference", daemon=True
     )
@@ -179,8 +187,11 @@ class DynamicBatcher(Generic[Request, Result]):
       self.batches_run += 1
       self.requests_served += len(slots)
       self.envs_served += sum(s.size for s in slots)
+      scope = _entered(self.notify_scope)
       for slot, result in zip(slots, results):
         _notify(slot, result, error)
+      if scope is not None:
+        _exit(scope)
 
   def stop(self):
     """Fails pending and future requests with BatcherStopped."""
@@ -192,6 +203,25 @@ class DynamicBatcher(Generic[Request, Result]):
     for slot in pending:
       _notify(slot, None, BatcherStopped("the learner is shutting down"))
     self._thread.join(timeout=10)
+
+
+def _entered(scope_fn: Callable[[], ContextManager[Any]]) -> Optional[Any]:
+  """The entered scope, or None when entering failed (the requests are
+  answered all the same, one by one)."""
+  try:
+    scope = scope_fn()
+    scope.__enter__()
+    return scope
+  except Exception:
+    logging.exception("DynamicBatcher: notify_scope failed")
+    return None
+
+
+def _exit(scope: Any) -> None:
+  try:
+    scope.__exit__(None, None, None)
+  except Exception:
+    logging.exception("DynamicBatcher: notify_scope failed")
 
 
 def _notify(slot: _Slot, result, error: Optional[BaseException]) -> None:

@@ -14,7 +14,7 @@ import dataclasses
 import sys
 import threading
 import time
-from typing import List, Optional, Tuple
+from typing import Any, Callable, ContextManager, List, Optional, Tuple
 
 import numpy as np
 
@@ -209,6 +209,11 @@ class Learner:
       self._batcher.submit(batch, done)
     except BatcherStopped:
       raise self._stopping_error() from None
+
+  def set_notify_scope(self, scope: Callable[[], ContextManager[Any]]) -> None:
+    """`scope()` is entered around each inference batch's `submit`
+    callbacks (DynamicBatcher.notify_scope)."""
+    self._batcher.notify_scope = scope
 
   def _stopping_error(self) -> ServiceStopping:
     if self.finished:

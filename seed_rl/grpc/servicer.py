@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -116,24 +117,46 @@ def handlers(servicer: "Servicer") -> grpc.GenericRpcHandler:
 class _Completions:
   """Runs the handler's answers on the loop, waking it once per burst:
   `resolve` queues, and only the first call after a drain schedules one
-  (call_soon_threadsafe writes to the loop's wake-up pipe)."""
+  (call_soon_threadsafe writes to the loop's wake-up pipe). Inside
+  `batched()`, the inference thread's answers to one batch are queued and
+  handed over with at most one wake-up at its end: scheduled at the first
+  answer, the loop could drain between two of them and need another (a
+  write to the pipe, a GIL hand-off and a pass of the loop each)."""
 
   def __init__(self, loop: asyncio.AbstractEventLoop):
     self._loop = loop
     self._lock = threading.Lock()
     self._done: List[Tuple[Callable[..., None], Any, Any]] = []
+    self._scheduled = False
+    self._holder: Optional[int] = None  # the thread inside batched()
 
   def resolve(self, settle, result, error) -> None:
     """Calls `settle(result, error)` on the loop (from any thread)."""
     with self._lock:
       self._done.append((settle, result, error))
-      if len(self._done) > 1:
-        return  # a drain is already scheduled and will take this one
+      if self._scheduled or self._holder == threading.get_ident():
+        return  # a drain is scheduled, or will be when the batch ends
+      self._scheduled = True
     self._loop.call_soon_threadsafe(self._drain)
+
+  @contextlib.contextmanager
+  def batched(self) -> Iterator[None]:
+    """The calling thread's `resolve`s wait for the end of this block."""
+    self._holder = threading.get_ident()
+    try:
+      yield
+    finally:
+      with self._lock:
+        self._holder = None
+        wake = bool(self._done) and not self._scheduled
+        self._scheduled = self._scheduled or wake
+      if wake:
+        self._loop.call_soon_threadsafe(self._drain)
 
   def _drain(self) -> None:
     with self._lock:
       done, self._done = self._done, []
+      self._scheduled = False
     for settle, result, error in done:
       try:
         settle(result, error)
@@ -281,6 +304,9 @@ class Servicer:
       handler, "submit", None
     )
     self._completions = _Completions(self._loop)
+    set_notify_scope = getattr(handler, "set_notify_scope", None)
+    if set_notify_scope is not None:
+      set_notify_scope(self._completions.batched)
     # actor id -> the batch of that actor the learner is stepping.
     self._in_flight: Dict[int, _InFlight] = {}
     # Blocking handlers only: one thread per call in flight, as before.

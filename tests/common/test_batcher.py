@@ -237,3 +237,65 @@ def test_stop_fails_submitted_requests_with_batcher_stopped():
   release.set()
   stopper.join(10)
   assert len(errors) == 1 and isinstance(errors[0], BatcherStopped)
+
+
+def test_notify_scope_wraps_each_batchs_answers_and_may_fail():
+  """notify_scope is entered once per batch, around all of its on_done
+  calls; a scope that fails to enter or exit is logged, and the requests
+  are answered all the same."""
+  events = []
+  release = threading.Event()
+
+  def fn(requests):
+    release.wait(5)
+    return [r * 10 for r in requests]
+
+  batcher = DynamicBatcher(fn, batch_size=3, timeout_s=5.0, size_fn=lambda r: 1)
+
+  class Scope:
+    def __init__(self, fail_on=None):
+      self.fail_on = fail_on
+
+    def __enter__(self):
+      events.append("enter")
+      if self.fail_on == "enter":
+        raise RuntimeError("enter failed")
+
+    def __exit__(self, *exc):
+      events.append("exit")
+      if self.fail_on == "exit":
+        raise RuntimeError("exit failed")
+
+  def run_batch(scope_fn, base):
+    batcher.notify_scope = scope_fn
+    results = []
+    done = threading.Event()
+
+    def on_done(result, error):
+      events.append(result)
+      results.append(result)
+      if len(results) == 3:
+        done.set()
+
+    for i in range(3):
+      batcher.submit(base + i, on_done)
+    release.set()
+    assert done.wait(5), "a request was not answered"
+    time.sleep(0.05)  # the scope's exit follows the last answer
+    release.clear()
+
+  try:
+    run_batch(Scope, 1)
+    assert events == ["enter", 10, 20, 30, "exit"]
+    events.clear()
+    run_batch(lambda: Scope("enter"), 4)
+    assert events == ["enter", 40, 50, 60]
+    events.clear()
+    run_batch(lambda: Scope("exit"), 7)
+    assert events == ["enter", 70, 80, 90, "exit"]
+    events.clear()
+    run_batch(Scope, 10)  # still batching after both failures
+    assert events == ["enter", 100, 110, 120, "exit"]
+  finally:
+    release.set()
+    batcher.stop()

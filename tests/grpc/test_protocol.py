@@ -7,6 +7,7 @@ ordering bugs show up.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -866,6 +867,20 @@ def test_batch_resent_after_a_reconnect_is_not_stored_twice(stub, handler):
   assert len(handler.batches) == served + 1
 
 
+def _count_wakeups(loop) -> list:
+  """The callbacks handed to `loop.call_soon_threadsafe` from now on (each
+  one a write to the loop's wake-up pipe)."""
+  wakeups = []
+  original = loop.call_soon_threadsafe
+
+  def counting(callback, *args):
+    wakeups.append(callback)
+    return original(callback, *args)
+
+  loop.call_soon_threadsafe = counting
+  return wakeups
+
+
 def test_completions_wake_the_loop_once_per_burst(caplog):
   """The inference thread answers a batch's requests in a row: the loop is
   woken once for all of them, runs each answer in order, and one answer
@@ -877,14 +892,7 @@ def test_completions_wake_the_loop_once_per_burst(caplog):
   async def scenario():
     loop = asyncio.get_running_loop()
     completions = _Completions(loop)
-    wakeups = []
-    original = loop.call_soon_threadsafe
-
-    def counting(callback, *args):
-      wakeups.append(callback)
-      return original(callback, *args)
-
-    loop.call_soon_threadsafe = counting
+    wakeups = _count_wakeups(loop)
     answered = []
 
     def settle(result, error):
@@ -915,3 +923,131 @@ def test_completions_wake_the_loop_once_per_burst(caplog):
     assert "answering a step failed" in caplog.text
 
   asyncio.run(scenario())
+
+
+def test_completions_of_one_batch_wake_the_loop_once_while_it_runs():
+  """With the loop free to drain between two answers, answers resolved one
+  by one wake it for each; inside `batched()` the batch's answers wait for
+  the block's end, unless another thread's answer wakes the loop first,
+  which then takes them along."""
+  import asyncio
+  from seed_rl.grpc.servicer import _Completions
+
+  async def scenario(batched):
+    loop = asyncio.get_running_loop()
+    completions = _Completions(loop)
+    wakeups = _count_wakeups(loop)
+    answered, held = [], []
+    inside = threading.Event()
+    other_answered = threading.Event()
+
+    def settle(result, error):
+      answered.append(result)
+      if result == "other":
+        other_answered.set()
+
+    def inference_thread():
+      scope = completions.batched() if batched else contextlib.nullcontext()
+      with scope:
+        for result in range(4):
+          completions.resolve(settle, result, None)
+          time.sleep(0.02)  # the loop is free to drain meanwhile
+        held.extend(answered)  # what the loop ran while the batch went on
+        inside.set()
+        if batched:
+          assert other_answered.wait(5)
+
+    def other_thread():
+      inside.wait(5)
+      completions.resolve(settle, "other", None)
+
+    threads = [
+      threading.Thread(target=inference_thread),
+      threading.Thread(target=other_thread),
+    ]
+    for t in threads:
+      t.start()
+    while any(t.is_alive() for t in threads):
+      await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)
+    return wakeups, answered, held
+
+  wakeups, answered, held = asyncio.run(scenario(batched=False))
+  assert held == [0, 1, 2, 3] and answered == [0, 1, 2, 3, "other"]
+  assert len(wakeups) == 5
+  # Batched: nothing ran during the block until the other thread's answer,
+  # whose wake-up took the batch's four along; none was left for the end.
+  wakeups, answered, held = asyncio.run(scenario(batched=True))
+  assert held == [] and answered == [0, 1, 2, 3, "other"]
+  assert len(wakeups) == 1
+
+
+def test_completions_of_a_batch_alone_wake_the_loop_at_its_end():
+  import asyncio
+  from seed_rl.grpc.servicer import _Completions
+
+  async def scenario():
+    loop = asyncio.get_running_loop()
+    completions = _Completions(loop)
+    answered, held = [], []
+
+    def inference_thread():
+      with completions.batched():
+        for result in range(3):
+          completions.resolve(lambda r, e: answered.append(r), result, None)
+          time.sleep(0.02)
+        held.extend(answered)
+
+    thread = threading.Thread(target=inference_thread)
+    thread.start()
+    while thread.is_alive():
+      await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)
+    assert held == [] and answered == [0, 1, 2]
+
+  asyncio.run(scenario())
+
+
+def test_a_learner_behind_the_server_answers_each_batch_through_one_scope():
+  """A real Learner serves three actors over localhost: its batcher hands
+  each inference batch's answers to the server's loop inside the
+  servicer's `batched()` scope, and every actor gets its actions."""
+  from seed_rl.common.learner import Learner, LearnerConfig
+  from tests.support.recording_agent import RecordingAgent
+
+  agent = RecordingAgent(OBS, ACT, 3 * K)
+  learner = Learner(agent, OBS, ACT, 3 * K, 0, LearnerConfig())
+  server = LearnerServer("localhost:0", OBS, ACT, 3 * K, learner)
+  server.start()
+  try:
+    scope = learner._batcher.notify_scope
+    assert scope.__self__ is server._servicer._completions
+    assert scope.__func__ is type(scope.__self__).batched
+    errors = []
+
+    def actor(actor_id):
+      client = ActorClient(
+        f"localhost:{server.port}", actor_id, K, OBS, ACT, connect_timeout_s=5
+      )
+      rng = np.random.default_rng(actor_id)
+      try:
+        for _ in range(20):
+          batch = make_batch(actor_id * K, rng)
+          actions = client.step(batch)
+          # RecordingAgent's action: env id % 2.
+          np.testing.assert_array_equal(actions, batch.env_ids % 2)
+      except Exception as e:  # reported below
+        errors.append(e)
+      finally:
+        client.close()
+
+    threads = [threading.Thread(target=actor, args=(i,)) for i in range(3)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join(30)
+    assert not any(t.is_alive() for t in threads) and not errors, errors
+    assert learner._batcher.requests_served >= 60
+  finally:
+    server.stop(0)
+    learner.shutdown()
