@@ -5,24 +5,26 @@ r"""Do two Atari emulators play a game alike under the same actions?
 
 CleanRL's published Atari curves (benchmarks/references.py) were made on
 envpool 0.8.4, whose ALE is 0.7.5; this project's actors run ale-py 0.12.1.
-A reference curve is only a like-for-like reference where the two emulate
-the game alike. This script steps one env of each with the same
-preprocessing (84x84 grayscale, frame skip 4 with max-pooling, no no-op
-starts, no sticky actions, no fire reset, whole games, rewards unclipped)
-under the same actions and compares the frames the agent would see:
+This script steps one env of each under the same actions and compares the
+screens: native size and colour (no resize, no grayscale: the emulation
+alone), frame skip 4 with max-pooling of the last two frames, no no-op
+starts, no sticky actions, no fire reset, whole games, rewards unclipped.
+Sequences:
 
-- `random`: uniform random actions, each held for 1 to 8 agent steps (a
-  seeded sequence, the same for both), until either game ends or --steps;
 - `noop`: NOOP only for 300 agent steps: the game running without the
-  player's controls, a check of the comparison itself.
+  player's controls;
+- `random`: uniform random actions, each held for 1 to 8 agent steps (a
+  seeded sequence, the same for both), until either game ends or --steps.
 
-Per game and sequence it prints the agent steps compared, the first step
-whose frames differ (null: none), the fraction of frames that differ, the
-mean absolute pixel difference over those, both returns and where each
-game ended. Identical frames everywhere is parity; frames that stay
-identical under NOOP and differ once the player moves mean the emulators
-apply the player's controls differently. The last line printed is one
-JSON object with every game.
+Per game and sequence it prints whether the reset screens are equal, the
+agent steps compared, the first step whose screens differ (null: none),
+the fraction of steps whose screens differ, the mean absolute pixel
+difference over those, both returns and where each game ended. Screens
+identical throughout are parity; screens that stay identical under NOOP
+and differ once the player moves mean the emulators apply the player's
+controls differently. The last line printed is one JSON object with every
+game. Figures and what they mean for the reference curves:
+benchmarks/RESULTS.md (the Atari-5 section).
 
 envpool 0.8.4 needs NumPy 1 (under NumPy 2 it returns blank frames without
 an error), so this runs from a venv of its own:
@@ -90,8 +92,9 @@ class Envpool:
 
 
 class AlePy:
-  """One env of ale-py's AtariVectorEnv as the suite's actors make it
-  (seed_rl/atari/env.py), with no no-op starts."""
+  """One env of ale-py's AtariVectorEnv with the game settings of the
+  suite's actors (seed_rl/atari/env.py), but native colour screens and no
+  no-op starts."""
 
   def __init__(self, game: str, seed: int):
     import ale_py
