@@ -3,8 +3,9 @@ r"""Do two Atari emulators play a game alike under the same actions?
     benchmarks/parity/bin/python benchmarks/emulator_parity.py \
         [--games battle_zone,qbert] [--steps 2000] [--seed 0]
 
-CleanRL's published Atari curves (benchmarks/references.py) were made on
-envpool 0.8.4, whose ALE is 0.7.5; this project's actors run ale-py 0.12.1.
+CleanRL's published Atari-5 curves (benchmarks/references.py) were made on
+envpool, which builds its own ALE (0.7.5 in envpool 0.8.4, the release
+this project compares with); this project's actors run ale-py 0.12.1.
 This script steps one env of each under the same actions and compares the
 screens: native size and colour (no resize, no grayscale: the emulation
 alone), frame skip 4 with max-pooling of the last two frames, no no-op

@@ -98,7 +98,11 @@ CLEANRL_PPO_ATARI: Dict[str, Dict[float, float]] = {
 # the two under the same actions (benchmarks/emulator_parity.py), so every
 # comparison crosses emulators, and where learning itself was seen to
 # differ by emulator, EMULATOR_EFFECTS says so.
-ENVPOOL = "envpool 0.8.4 (ALE 0.7.5)"  # ppo_atari_envpool_xla_jax_truncation
+# ppo_atari_envpool_xla_jax_truncation ran on envpool, which builds its
+# own ALE; the release is not in what was read (CleanRL's pyproject.toml
+# asks for envpool ^0.6.4). This project's comparisons ran envpool 0.8.4,
+# whose ALE is 0.7.5.
+ENVPOOL = "envpool (release not published; compared here: 0.8.4, ALE 0.7.5)"
 CLEANRL_EMULATOR: Dict[str, str] = {
   game: ENVPOOL for game in CLEANRL_PPO_ATARI
 } | {

@@ -389,7 +389,8 @@ def test_atari_suite_reports_each_game_against_cleanrl_and_the_regression(
   assert summary["atari5_median_cleanrl"] > 0
   # Every line names the emulator CleanRL's curve ran on; Battle Zone,
   # which learned differently on the two, says so and is listed.
-  assert {g["cleanrl_emulator"] for g in games} == {"envpool 0.8.4 (ALE 0.7.5)"}
+  references = _benchmark_module("references")
+  assert {g["cleanrl_emulator"] for g in games} == {references.ENVPOOL}
   assert "ale-py 0.12.1" in games[0]["emulator_effect"]
   assert all("emulator_effect" not in g for g in games[1:])
   assert summary["emulator_effects"] == ["battle_zone"]
