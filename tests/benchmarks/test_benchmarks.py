@@ -5,6 +5,7 @@ from tests.support import ROOT
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -603,3 +604,53 @@ def test_emulator_parity_sees_one_emulator_agree_with_itself_only():
   assert (
     other["first_differing_step"] == 1 and other["differing_fraction"] == 1.0
   )
+
+
+def test_stack_replay_covers_its_cases_and_flags_stacks_built_otherwise(
+  tmp_path,
+):
+  bench = _benchmark_module("stack_replay")
+  calls = bench.script(60)
+  rows = [r for step in calls for call in step for r in call]
+  train = [r for r in rows if r["env_ids"][0] != bench.NUM_TRAIN]
+  for event in ("terminated", "truncated", "life_lost"):
+    assert sum(r[event].sum() for r in train) >= 2, event
+  assert sum(len(r["final_observation"]) for r in rows) == sum(
+    r["truncated"].sum() for r in rows
+  )
+  assert {tuple(r["run_ids"]) for r in train if len(r["env_ids"]) == 4} >= {
+    (11, 12, 13, 14),
+    (11, 99, 13, 14),
+    (11, 99, 101, 102),
+  }
+  assert any(len(step[0]) == 2 for step in calls)  # merged actors
+  # A copy of this tree whose training-step stacks keep frames from
+  # before an episode start: the same act inputs, other unrolls.
+  for part in ("seed_rl", os.path.join("benchmarks", "null_agent")):
+    shutil.copytree(
+      os.path.join(ROOT, part),
+      tmp_path / part,
+      ignore=shutil.ignore_patterns("__pycache__"),
+    )
+  stacks = tmp_path / "seed_rl" / "agents" / "frame_stacks.py"
+  masked = "  word = tf.cond(tf.reduce_any(starts[1:]), masked, lambda: word)"
+  assert masked in stacks.read_text()
+  stacks.write_text(stacks.read_text().replace(masked, "  word = word"))
+  out = subprocess.run(
+    [sys.executable, "benchmarks/stack_replay.py", "--before", str(tmp_path)]
+    + ["--steps", "40"],
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert out.returncode == 1, out.stderr
+  result = json.loads(out.stdout.strip().splitlines()[-1])
+  assert result["same"] is False
+  for name, after in result["after"]["configs"].items():
+    before = result["before"]["configs"][name]
+    assert after["handed_as"] == {"frames": after["unrolls"], "stacks": 0}
+    assert after["unrolls"] == before["unrolls"] > 10
+    assert after["acts_sha256"] == before["acts_sha256"]
+    assert after["unrolls_sha256"] != before["unrolls_sha256"]

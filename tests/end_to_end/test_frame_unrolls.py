@@ -11,6 +11,9 @@ stacks, as before frames existed). Their actions, every training metric and
 every weight after training must be bit-identical.
 """
 
+import os
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -18,11 +21,17 @@ import tensorflow as tf
 
 from seed_rl.common.learner import Learner, LearnerConfig
 from seed_rl.common.specs import ArraySpec, StepBatch
+from tests.support import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import stack_replay  # noqa: E402
 
 WIRE = ArraySpec((84, 84), "uint8", "frame")
 STACKED = ArraySpec((84, 84, 4), "uint8", "frames", frame_stack=4)
 ACTION = ArraySpec((), "int32", "action", num_values=4)
-NUM_TRAIN = 4
+NUM_TRAIN = (
+  stack_replay.NUM_TRAIN
+)  # the steps are for 4 training envs and 1 eval
 
 
 def _tiny_torso():
@@ -96,58 +105,6 @@ def _r2d2(spec):
   return R2D2Agent(spec, ACTION, NUM_TRAIN + 1, config)
 
 
-def _actor_batch(ids, step):
-  """The StepBatch of envs `ids` out of `step` (arrays over all envs)."""
-  rows = np.asarray(ids)
-  truncated = step["truncated"]
-  # final_observation holds the truncated envs' rows, in env order.
-  final_rows = np.cumsum(truncated)[rows][truncated[rows]] - 1
-  return StepBatch(
-    env_ids=rows.astype(np.int32),
-    run_ids=step["run_ids"][rows],
-    reward=step["reward"][rows],
-    terminated=step["terminated"][rows],
-    truncated=truncated[rows],
-    observation=step["frames"][rows],
-    final_observation=step["final"][final_rows],
-    episode_return=np.zeros(0, np.float32),
-    episode_length=np.zeros(0, np.int32),
-    life_lost=step["life_lost"][rows],
-  )
-
-
-def _batches(rng, steps):
-  """Per step: the learner's inference calls, each a list of StepBatches
-  (one per actor)."""
-  run_ids = np.array([11, 12, 13, 14, 15], np.int64)
-  n = NUM_TRAIN + 1
-  out = []
-  for t in range(steps):
-    if t == 13:
-      run_ids[1] = 99  # env 1's actor restarted
-    u = rng.random(n)
-    truncated = (u >= 0.08) & (u < 0.13) & (t > 0)
-    step = {
-      "run_ids": run_ids.copy(),
-      "terminated": (u < 0.08) & (t > 0),
-      "truncated": truncated,
-      "life_lost": (u >= 0.13) & (u < 0.2) & (t > 0),
-      "frames": rng.integers(1, 256, (n,) + WIRE.shape, np.uint8),
-      "final": rng.integers(
-        1, 256, (int(truncated.sum()),) + WIRE.shape, np.uint8
-      ),
-      "reward": rng.integers(-2, 3, n).astype(np.float32),
-    }
-    # Usually one actor of all training envs (the unroll-slot path); every
-    # third step two actors merged into one call; the eval env alone.
-    if t % 3 == 2:
-      train = [_actor_batch([0, 1], step), _actor_batch([2, 3], step)]
-    else:
-      train = [_actor_batch([0, 1, 2, 3], step)]
-    out.append([train, [_actor_batch([4], step)]])
-  return out
-
-
 def _run(make_agent, spec, script, train_steps):
   tf.keras.utils.set_random_seed(0)
   agent = make_agent(spec)
@@ -166,6 +123,7 @@ def _run(make_agent, spec, script, train_steps):
   try:
     for calls in script:
       for batches in calls:
+        batches = [StepBatch(**rows) for rows in batches]
         actions += [a.tolist() for a in learner._infer(batches)]
     metrics = [agent.train_step() for _ in range(train_steps)]
   finally:
@@ -180,7 +138,9 @@ def _run(make_agent, spec, script, train_steps):
   ids=["vtrace", "ppo", "r2d2"],
 )
 def test_frames_and_stacks_train_alike(make_agent, steps, train_steps):
-  script = _batches(np.random.default_rng(7), steps)
+  # The cross-tree check's steps (benchmarks/stack_replay.py): episode
+  # ends of every kind, actor restarts, merged actors, an eval env.
+  script = stack_replay.script(steps)
   on_frames = _run(make_agent, STACKED, script, train_steps)
   on_stacks = _run(
     make_agent, STACKED.replace(frame_stack=1), script, train_steps
