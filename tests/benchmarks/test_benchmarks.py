@@ -135,7 +135,8 @@ def test_plot_curves_reference_points_parse_or_name_the_bad_point():
     (
       "cleanrl:BeamRider",
       "no built-in CleanRL curve for 'BeamRider'; "
-      "there are: battle_zone, beam_rider, double_dunk, name_this_game, "
+      "there are: battle_zone, beam_rider, breakout, double_dunk, "
+      "name_this_game, "
       "phoenix, pong, qbert, seaquest, space_invaders",
     ),
   ):
