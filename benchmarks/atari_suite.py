@@ -48,9 +48,12 @@ Configurations: `2core` is the pair's gin file alone (what
 `./run_local.sh atari vtrace` runs on a small machine); `accelerator` adds
 seed_rl/atari/gin/vtrace_accelerator.gin (what the `cluster` profile runs)
 and is measured as a learner that keeps up with its actors would train it
-(a GPU trains each round as it arrives): CleanRL's 8 envs, synchronous.
-On 2 cores that learner binds, and asynchronously its policy would lag
-two rounds behind, which no GPU user sees. `nips` adds
+(a GPU trains each round as it arrives): one actor of 32 envs (a round),
+synchronous. On 2 cores that learner binds, and asynchronously its policy
+would lag rounds behind, which no GPU user sees. `cleanrl` adds
+seed_rl/atari/gin/vtrace_cleanrl.gin (CleanRL ppo_atari's update, the
+accelerator overlay until 2026-12-08: every `accelerator` figure before
+that date ran it), measured the same way with CleanRL's 8 envs. `nips` adds
 seed_rl/atari/gin/vtrace_nips.gin, the 2-core default until 2026-11-30
 (every `2core` figure before that date ran it).
 """
@@ -96,14 +99,17 @@ SUITES: Dict[str, List[str]] = {
 CONFIGS: Dict[str, List[str]] = {
   "2core": [],
   "accelerator": ["seed_rl/atari/gin/vtrace_accelerator.gin"],
+  "cleanrl": ["seed_rl/atari/gin/vtrace_cleanrl.gin"],
   "nips": ["seed_rl/atari/gin/vtrace_nips.gin"],
 }
 # learn.py flags and gin bindings of each configuration's runs.
 RUN_FLAGS: Dict[str, List[str]] = {
-  "accelerator": ["--num_actors", "1", "--envs_per_actor", "8"],
+  "accelerator": ["--num_actors", "1", "--envs_per_actor", "32"],
+  "cleanrl": ["--num_actors", "1", "--envs_per_actor", "8"],
 }
 RUN_BINDINGS: Dict[str, List[str]] = {
   "accelerator": ["LearnerConfig.synchronous = True"],
+  "cleanrl": ["LearnerConfig.synchronous = True"],
 }
 EVAL_FILE = "eval_noop30.json"
 

@@ -123,10 +123,10 @@ CLEANRL_EMULATOR: Dict[str, str] = {
 # 0.12.1 (benchmarks/RESULTS.md, the Atari-5 section).
 EMULATOR_EFFECTS: Dict[str, str] = {
   "battle_zone": (
-    "on envpool 0.8.4 the accelerator overlay (1.01x at 0.7M agent "
-    "steps, one seed) and SB3's PPO follow CleanRL's curve; on ale-py "
-    "0.12.1 neither left random play by 0.5-0.73M (two seeds of the "
-    "overlay, one of SB3)"
+    "on envpool 0.8.4 CleanRL's update (vtrace_cleanrl.gin; 1.01x at "
+    "0.7M agent steps, one seed) and SB3's PPO follow CleanRL's curve; "
+    "on ale-py 0.12.1 neither left random play by 0.5-0.73M (two seeds "
+    "of the former, one of SB3)"
   ),
 }
 

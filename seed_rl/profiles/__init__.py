@@ -14,11 +14,10 @@ profile changes nothing for that domain).
 A profile may also name an agent overlay (OVERLAYS): where the pair's gin
 file `seed_rl/<env>/gin/<agent>.gin` has a sibling `<agent>_<overlay>.gin`,
 it is parsed right after it, by the learner and by actors given the pair's
-file with --gin_config. On 'cluster' that is 'accelerator': an agent
-sized for a learner whose model cost does not bind (Atari V-trace with
-CleanRL ppo_atari's recipe, `atari/gin/vtrace_accelerator.gin`),
-where on 2 cores the learner's updates per second bind. Elsewhere the same
-file is a `--gin_config` away.
+file with --gin_config. On 'cluster' that is 'accelerator': an agent set
+for a learner whose model cost does not bind (Atari V-trace trained in
+float32 whatever the CPU, `atari/gin/vtrace_accelerator.gin`). Elsewhere
+the same file is a `--gin_config` away.
 
 Every entry point takes `--machine_profile NAME|auto` (default auto: `local-2core`
 on machines with at most SMALL_MACHINE_CORES cores, else `cluster`). The

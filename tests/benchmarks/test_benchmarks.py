@@ -420,8 +420,9 @@ def test_atari_suite_reports_each_game_against_cleanrl_and_the_regression(
 
 
 def test_atari_suite_trains_the_accelerator_overlay_as_a_keeping_up_learner():
-  """The accelerator configuration's runs: its overlay, CleanRL's 8 envs,
-  synchronous; the 2-core default's: the pair's gin file alone."""
+  """The accelerator configuration's runs: its overlay, one actor of a
+  round's 32 envs, synchronous; CleanRL's update: its overlay on CleanRL's
+  8 envs; the 2-core default's: the pair's gin file alone."""
   import argparse
 
   suite = _benchmark_module("atari_suite")
@@ -435,12 +436,17 @@ def test_atari_suite_trains_the_accelerator_overlay_as_a_keeping_up_learner():
   fast = command("accelerator", ["VtraceConfig.entropy_cost = 0.02"])
   overlay = fast[fast.index("--gin_config") + 1]
   assert overlay.endswith("vtrace_accelerator.gin") and os.path.exists(overlay)
-  assert fast[fast.index("--envs_per_actor") + 1] == "8"
+  assert fast[fast.index("--envs_per_actor") + 1] == "32"
   assert fast[fast.index("--num_actors") + 1] == "1"
   assert fast[-2:] == [
     "LearnerConfig.synchronous = True",
     "VtraceConfig.entropy_cost = 0.02",
   ]
+  cleanrl = command("cleanrl")
+  overlay = cleanrl[cleanrl.index("--gin_config") + 1]
+  assert overlay.endswith("vtrace_cleanrl.gin") and os.path.exists(overlay)
+  assert cleanrl[cleanrl.index("--envs_per_actor") + 1] == "8"
+  assert cleanrl[-1] == "LearnerConfig.synchronous = True"
   small = command("2core")
   assert "--gin_config" not in small and "--envs_per_actor" not in small
   assert small[-1] == "atari.create_environment.game = 'qbert'"

@@ -203,18 +203,29 @@ def test_cluster_runs_the_accelerator_overlay_of_atari_vtrace():
   # trains in float32 everywhere, as on a GPU.
   assert small_torso == ("nature", "auto")
   assert big_torso == ("nature", "float32")
-  assert (big.unroll_length, big.batch_size) == (128, 8)
-  assert (big.num_epochs, big.num_minibatches) == (4, 4)
-  assert big.queue_capacity == 16
-  # CleanRL's learning rate at CleanRL's updates per agent step; the
-  # 2-core default doubles it for half of them.
-  assert (big.learning_rate, small.learning_rate) == (2.5e-4, 5e-4)
+  # Everything else is the 2-core default's update: the overlay changes the
+  # precision, not what a round trains.
   assert (small.unroll_length, small.batch_size, small.num_epochs) == (
     32,
     32,
     2,
   )
-  # Everything the overlay does not name is the 2-core default's.
+  assert small == big
+  # The same file is the documented switch on any other profile.
+  switched = _vtrace_config("vtrace_accelerator.gin")
+  assert (switched.batch_size, switched.num_epochs) == (32, 2)
+
+
+def test_cleanrl_overlay_is_cleanrl_ppo_atari_update():
+  default = _vtrace_config()
+  cleanrl = _vtrace_config("vtrace_cleanrl.gin")
+  assert (cleanrl.unroll_length, cleanrl.batch_size) == (128, 8)
+  assert (cleanrl.num_epochs, cleanrl.num_minibatches) == (4, 4)
+  assert cleanrl.queue_capacity == 16
+  # CleanRL's learning rate at CleanRL's updates per agent step; the
+  # default doubles it for half of them.
+  assert (cleanrl.learning_rate, default.learning_rate) == (2.5e-4, 5e-4)
+  # Everything the overlay does not name is the default's.
   for field in (
     "clip_ratio",
     "discount",
@@ -227,10 +238,7 @@ def test_cluster_runs_the_accelerator_overlay_of_atari_vtrace():
     "value_cost",
     "value_clip",
   ):
-    assert getattr(small, field) == getattr(big, field), field
-  # The same file is the documented switch on any other profile.
-  switched = _vtrace_config("vtrace_accelerator.gin")
-  assert (switched.batch_size, switched.num_epochs) == (8, 4)
+    assert getattr(default, field) == getattr(cleanrl, field), field
 
 
 def test_overlays_apply_only_where_their_file_exists():
