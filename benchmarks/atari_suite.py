@@ -16,7 +16,10 @@ with bindings on top, in `ROOT/<L>/`); every seed found there is one run. `repor
 (also printed after `run`) prints one JSON line per game, then a summary:
 
 - `agent_steps`, `return_last100`: each run after --minutes of its own clock
-  (the mean return of its last 100 training episodes, whole games);
+  (the mean return of its last 100 training episodes, whole games), or
+  with --agent_steps N at N agent steps (`run --agent_steps N` stops each
+  game there: runs side by side share the cores, so an hour alone is
+  fixed as its agent steps before the runs start);
 - `cleanrl`: CleanRL ppo_atari's return at that run's agent steps
   (benchmarks/references.py, sources there), `ratio` = ours / CleanRL's
   (null where CleanRL's is <= 0), and `hns_ratio`, the same on the
@@ -136,6 +139,8 @@ def train_command(args, game: str, out: str) -> List[str]:
   cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "learn.py")]
   cmd += ["atari", args.agent, "--max_minutes", f"{args.minutes:g}"]
   cmd += ["--seed", str(args.seed), "--logdir", out]
+  if args.agent_steps:
+    cmd += ["--max_env_steps", f"{args.agent_steps:.0f}"]
   cmd += RUN_FLAGS.get(args.config, [])
   for path in CONFIGS[args.config]:
     cmd += ["--gin_config", os.path.join(ROOT, path)]
@@ -167,11 +172,32 @@ def cleanrl_curve(game: str) -> Reference:
   return curve
 
 
-def run_row(path: str, game: str, minutes: float) -> dict:
-  """One run after `minutes` of its own clock, against CleanRL there
-  (compare_reference's 'after N minutes' row, keys named for CleanRL)."""
-  at = compare({path: read_run(path)}, cleanrl_curve(game), [], minutes, game)
-  r = at["at_minutes"]["runs"][0]
+def run_row(
+  path: str, game: str, minutes: float, agent_steps: Optional[float] = None
+) -> dict:
+  """One run after `minutes` of its own clock, or at `agent_steps` when
+  given, against CleanRL there (compare_reference's rows, keys named for
+  CleanRL)."""
+  curve = read_run(path)
+  if agent_steps is None:
+    at = compare({path: curve}, cleanrl_curve(game), [], minutes, game)
+    r = at["at_minutes"]["runs"][0]
+  else:
+    at = compare({path: curve}, cleanrl_curve(game), [agent_steps], None, game)
+    a = at["at_agent_steps"][0]
+    r = {
+      "minutes": None,
+      "reached": a["n"] == 1,
+      "agent_steps": int(agent_steps),
+      "return_last100": a["mean"],
+      "reference": a["reference"],
+      "ratio": a["ratio"],
+      "hns": a["hns_mean"],
+      "hns_reference": a["hns_reference"],
+    }
+    if r["reached"]:
+      minutes_there = np.interp(agent_steps, curve["steps"], curve["minutes"])
+      r["minutes"] = round(float(minutes_there), 1)
   hns, hns_ref = r["hns"], r["hns_reference"]
   row: Dict[str, Any] = {
     "run": path,
@@ -183,7 +209,9 @@ def run_row(path: str, game: str, minutes: float) -> dict:
     "ratio": r["ratio"],
     "hns": hns,
     "hns_cleanrl": hns_ref,
-    "hns_ratio": _round(hns / hns_ref) if hns_ref and hns_ref > 0 else None,
+    "hns_ratio": _round(hns / hns_ref)
+    if hns is not None and hns_ref and hns_ref > 0
+    else None,
     "policy_lag": policy_lag(path, r["agent_steps"]),
   }
   eval_path = os.path.join(path, EVAL_FILE)
@@ -217,8 +245,15 @@ def _mean(rows: List[dict], key: str) -> Optional[float]:
   return _round(np.mean(values)) if values else None
 
 
-def report(root: str, config: str, suite: str, minutes: float) -> List[dict]:
-  """One dict per game with runs, then the summary (the last dict)."""
+def report(
+  root: str,
+  config: str,
+  suite: str,
+  minutes: float,
+  agent_steps: Optional[float] = None,
+) -> List[dict]:
+  """One dict per game with runs, then the summary (the last dict): each
+  run read after `minutes`, or at `agent_steps` when given."""
   lines: List[Dict[str, Any]] = []
   hns_by_game: Dict[str, float] = {}
   cleanrl_by_game: Dict[str, float] = {}
@@ -226,7 +261,7 @@ def report(root: str, config: str, suite: str, minutes: float) -> List[dict]:
     rows = []
     for path in _seed_dirs(root, config, game):
       try:
-        rows.append(run_row(path, game, minutes))
+        rows.append(run_row(path, game, minutes, agent_steps))
       except ValueError as e:  # a run that logged nothing yet
         print(f"[suite] {path}: {e}", file=sys.stderr)
     line: Dict[str, Any] = {"game": game, "config": config}
@@ -237,12 +272,12 @@ def report(root: str, config: str, suite: str, minutes: float) -> List[dict]:
     keys = ("agent_steps", "return_last100", "ratio", "hns", "hns_cleanrl")
     for key in keys + ("hns_ratio",):
       line[f"mean_{key}"] = _mean(rows, key)
-    if rows:
+    if line["mean_hns"] is not None:  # a run read there
       hns_by_game[game] = line["mean_hns"]
       if line["mean_hns_cleanrl"] is not None:
         cleanrl_by_game[game] = line["mean_hns_cleanrl"]
     lines.append(line)
-  played = [line for line in lines if line["seeds"]]
+  played = [line for line in lines if line["mean_return_last100"] is not None]
 
   def median(key):
     values = [line[key] for line in played if line[key] is not None]
@@ -251,7 +286,8 @@ def report(root: str, config: str, suite: str, minutes: float) -> List[dict]:
   summary: Dict[str, Any] = {
     "summary": suite,
     "config": config,
-    "minutes": minutes,
+    "minutes": None if agent_steps else minutes,
+    "agent_steps": agent_steps,
     "games": len(played),
     "of": len(SUITES[suite]),
     "median_ratio": median("mean_ratio"),
@@ -337,6 +373,13 @@ def main(argv=None) -> int:
   p.add_argument("--out", default=None, help="plot: the PNG to write")
   p.add_argument("--root", required=True, help="ROOT/<config>/<game>-s<seed>")
   p.add_argument("--minutes", type=float, default=60.0)
+  p.add_argument(
+    "--agent_steps",
+    type=float,
+    default=None,
+    help="run: stop each game at this many agent steps (or --minutes);\n"
+    "report: read each run there instead of after --minutes",
+  )
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--agent", default="vtrace")
   p.add_argument("--episodes", type=int, default=10, help="noop30 episodes")
@@ -381,7 +424,8 @@ def main(argv=None) -> int:
     for game in games:
       run_game(args, game)
   label = args.label or args.config
-  for line in report(args.root, label, args.suite, args.minutes):
+  lines = report(args.root, label, args.suite, args.minutes, args.agent_steps)
+  for line in lines:
     print(json.dumps(line))
   return 0
 

@@ -414,6 +414,29 @@ def test_atari_suite_reports_each_game_against_cleanrl_and_the_regression(
   assert "ale-py 0.12.1" in games[0]["emulator_effect"]
   assert all("emulator_effect" not in g for g in games[1:])
   assert summary["emulator_effects"] == ["battle_zone"]
+  # Read at 2.5M agent steps instead (50 minutes of these runs' clocks),
+  # against CleanRL's curve there; a step no run reached is not read.
+  assert (
+    suite.main(["report", "--root", str(tmp_path), "--agent_steps", "2.5e6"])
+    == 0
+  )
+  lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  (run,), summary = lines[3]["runs"], lines[-1]
+  curve = _benchmark_module("references").named("cleanrl:phoenix")
+  assert run["agent_steps"] == 2_500_000 and run["reached"]
+  assert run["minutes"] == 50.0 and run["return_last100"] == 4930.0
+  assert run["cleanrl"] == round(float(np.interp(2.5e6, curve.xs, curve.ys)), 2)
+  assert run["ratio"] == round(4930.0 / run["cleanrl"], 3)
+  assert run["policy_lag"] == 25.5
+  assert summary["agent_steps"] == 2.5e6 and summary["minutes"] is None
+  assert (
+    suite.main(["report", "--root", str(tmp_path), "--agent_steps", "5e6"]) == 0
+  )
+  lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  (run,) = lines[3]["runs"]
+  assert not run["reached"] and run["return_last100"] is None
+  assert run["minutes"] is None and run["ratio"] is None
+  assert lines[-1]["games"] == 0 and "atari5_median" not in lines[-1]
   out = tmp_path / "atari5.png"
   assert suite.main(["plot", "--root", str(tmp_path), "--out", str(out)]) == 0
   assert out.stat().st_size > 10_000
@@ -427,9 +450,14 @@ def test_atari_suite_trains_the_accelerator_overlay_as_a_keeping_up_learner():
 
   suite = _benchmark_module("atari_suite")
 
-  def command(config, binding=()):
+  def command(config, binding=(), agent_steps=None):
     args = argparse.Namespace(
-      agent="vtrace", minutes=60.0, seed=0, config=config, binding=[*binding]
+      agent="vtrace",
+      minutes=60.0,
+      agent_steps=agent_steps,
+      seed=0,
+      config=config,
+      binding=[*binding],
     )
     return suite.train_command(args, "qbert", "/runs/qbert-s0")
 
@@ -447,6 +475,10 @@ def test_atari_suite_trains_the_accelerator_overlay_as_a_keeping_up_learner():
   assert overlay.endswith("vtrace_cleanrl.gin") and os.path.exists(overlay)
   assert cleanrl[cleanrl.index("--envs_per_actor") + 1] == "8"
   assert cleanrl[-1] == "LearnerConfig.synchronous = True"
+  assert "--max_env_steps" not in fast
+  capped = command("accelerator", agent_steps=3.1e6)
+  assert capped[capped.index("--max_env_steps") + 1] == "3100000"
+  assert capped[capped.index("--max_minutes") + 1] == "60"
   small = command("2core")
   assert "--gin_config" not in small and "--envs_per_actor" not in small
   assert small[-1] == "atari.create_environment.game = 'qbert'"
