@@ -409,6 +409,8 @@ def main(argv=None) -> int:
       f"--config {args.config!r}: one of {', '.join(CONFIGS)} (plot: several,"
       " or --label folders under --root)"
     )
+  if args.agent_steps is not None and args.agent_steps <= 0:
+    p.error(f"--agent_steps {args.agent_steps:g}: a positive step count")
   if args.binding and not args.label:
     p.error("--binding needs --label: runs with other settings go elsewhere")
   if args.command == "plot":

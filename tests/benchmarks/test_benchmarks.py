@@ -437,6 +437,9 @@ def test_atari_suite_reports_each_game_against_cleanrl_and_the_regression(
   assert not run["reached"] and run["return_last100"] is None
   assert run["minutes"] is None and run["ratio"] is None
   assert lines[-1]["games"] == 0 and "atari5_median" not in lines[-1]
+  with pytest.raises(SystemExit):
+    suite.main(["report", "--root", str(tmp_path), "--agent_steps", "0"])
+  assert "--agent_steps 0: a positive step count" in capsys.readouterr().err
   out = tmp_path / "atari5.png"
   assert suite.main(["plot", "--root", str(tmp_path), "--out", str(out)]) == 0
   assert out.stat().st_size > 10_000
